@@ -1,0 +1,5 @@
+//! The `podq` command.
+
+fn main() {
+    println!("podq {}", env!("CARGO_PKG_VERSION"));
+}

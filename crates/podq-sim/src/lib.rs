@@ -1,0 +1,1 @@
+//! podq-sim: a deterministic simulator of many-CPU machines (not yet built).

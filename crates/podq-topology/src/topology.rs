@@ -1,0 +1,176 @@
+//! `Topology`: the usable CPUs and, for each, its SMT core, LLC, NUMA node and package.
+
+use serde::Serialize;
+
+use crate::pods::PodLayout;
+use crate::{CpuSet, Error, Scope};
+
+/// The shard size (in cores) the kernel uses for `cache_shard` unless told otherwise.
+pub const DEFAULT_SHARD_SIZE: usize = 8;
+
+/// What is known about one CPU. Sets always contain the CPU itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct CpuFacts {
+    /// Hardware threads of the same core, this one included.
+    pub smt: CpuSet,
+    /// CPUs sharing the last-level cache, this one included.
+    pub llc: CpuSet,
+    /// NUMA node.
+    pub node: usize,
+    /// Physical package (socket).
+    pub package: usize,
+}
+
+/// A machine as the workqueue code sees it.
+///
+/// Every group (SMT, LLC, node) is already intersected with the usable CPUs, so pods
+/// only ever contain CPUs a worker may run on. This is a departure from the kernel,
+/// which builds pods over *possible* CPUs once at boot: user space cannot run on CPUs
+/// outside its affinity mask, so podq builds pods over what it can use and re-builds
+/// them when that changes.
+#[derive(Clone, Debug, Serialize)]
+pub struct Topology {
+    possible: CpuSet,
+    usable: CpuSet,
+    /// Indexed by CPU number; `Some` exactly for usable CPUs.
+    facts: Vec<Option<CpuFacts>>,
+    shard_size: usize,
+    warnings: Vec<String>,
+}
+
+impl Topology {
+    /// Builds a topology from per-CPU facts. `facts` must cover every usable CPU;
+    /// facts for other CPUs are ignored. Groups are intersected with `usable`.
+    pub fn from_parts(
+        possible: CpuSet,
+        usable: CpuSet,
+        facts: impl IntoIterator<Item = (usize, CpuFacts)>,
+    ) -> Result<Topology, Error> {
+        if usable.is_empty() {
+            return Err(Error::Inconsistent("no usable CPU".to_owned()));
+        }
+        let possible = possible.union(&usable);
+        let size = usable.last().map_or(0, |c| c + 1);
+        let mut table: Vec<Option<CpuFacts>> = vec![None; size];
+        for (cpu, mut f) in facts {
+            if !usable.contains(cpu) {
+                continue;
+            }
+            f.smt = f.smt.intersection(&usable);
+            f.smt.insert(cpu);
+            f.llc = f.llc.intersection(&usable);
+            f.llc.insert(cpu);
+            table[cpu] = Some(f);
+        }
+        if let Some(missing) = usable.iter().find(|&c| table[c].is_none()) {
+            return Err(Error::Inconsistent(format!(
+                "no facts for usable CPU {missing}"
+            )));
+        }
+        Ok(Topology {
+            possible,
+            usable,
+            facts: table,
+            shard_size: DEFAULT_SHARD_SIZE,
+            warnings: Vec::new(),
+        })
+    }
+
+    /// Sets the `cache_shard` target size in cores (the kernel's
+    /// `workqueue.cache_shard_size`). Zero is refused rather than silently raised to 1.
+    pub fn with_shard_size(mut self, cores: usize) -> Result<Topology, Error> {
+        if cores == 0 {
+            return Err(Error::Invalid {
+                what: "shard size",
+                reason: "must be at least 1 core".to_owned(),
+            });
+        }
+        self.shard_size = cores;
+        Ok(self)
+    }
+
+    /// Adds a note about something read that was doubtful but not fatal.
+    pub fn with_warning(mut self, warning: impl Into<String>) -> Topology {
+        self.warnings.push(warning.into());
+        self
+    }
+
+    /// Keeps only the usable CPUs that are also in `cpus` (an affinity mask or cgroup
+    /// cpuset). An empty result is an error.
+    pub fn restrict(&self, cpus: &CpuSet) -> Result<Topology, Error> {
+        let usable = self.usable.intersection(cpus);
+        if usable.is_empty() {
+            return Err(Error::Inconsistent(format!(
+                "none of the usable CPUs {} is in {}",
+                self.usable, cpus
+            )));
+        }
+        let facts: Vec<(usize, CpuFacts)> =
+            usable.iter().map(|c| (c, self.facts(c).clone())).collect();
+        let mut t = Topology::from_parts(self.possible.clone(), usable, facts)?;
+        t.shard_size = self.shard_size;
+        t.warnings.clone_from(&self.warnings);
+        Ok(t)
+    }
+
+    /// All CPUs the machine could ever have (sysfs `possible`), at least the usable ones.
+    pub fn possible(&self) -> &CpuSet {
+        &self.possible
+    }
+
+    /// The CPUs work may run on.
+    pub fn usable(&self) -> &CpuSet {
+        &self.usable
+    }
+
+    /// The `cache_shard` target size in cores.
+    pub fn shard_size(&self) -> usize {
+        self.shard_size
+    }
+
+    /// Notes about doubtful input (e.g. no cache information, so the LLC was guessed).
+    pub fn warnings(&self) -> &[String] {
+        &self.warnings
+    }
+
+    /// Facts of a usable CPU.
+    ///
+    /// # Panics
+    /// If `cpu` is not usable; use [`Topology::get`] for a checked lookup.
+    pub fn facts(&self, cpu: usize) -> &CpuFacts {
+        self.get(cpu)
+            .unwrap_or_else(|| panic!("CPU {cpu} is not usable in this topology"))
+    }
+
+    /// Facts of `cpu`, if usable.
+    pub fn get(&self, cpu: usize) -> Option<&CpuFacts> {
+        self.facts.get(cpu).and_then(Option::as_ref)
+    }
+
+    /// NUMA node of a usable CPU.
+    pub fn node_of(&self, cpu: usize) -> Option<usize> {
+        self.get(cpu).map(|f| f.node)
+    }
+
+    /// The nodes that have usable CPUs, ascending.
+    pub fn nodes(&self) -> Vec<usize> {
+        let mut nodes: Vec<usize> = self.usable.iter().map(|c| self.facts(c).node).collect();
+        nodes.sort_unstable();
+        nodes.dedup();
+        nodes
+    }
+
+    /// The usable CPUs of `node`.
+    pub fn node_cpus(&self, node: usize) -> CpuSet {
+        self.usable
+            .iter()
+            .filter(|&c| self.facts(c).node == node)
+            .collect()
+    }
+
+    /// The pods of a concrete scope. `Scope::Default` must be resolved by the caller
+    /// (see [`Scope::resolve`]); passing it is an error.
+    pub fn pods(&self, scope: Scope) -> Result<PodLayout, Error> {
+        PodLayout::build(self, scope)
+    }
+}
