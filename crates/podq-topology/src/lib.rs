@@ -23,12 +23,19 @@
 
 mod cpuset;
 mod error;
+pub mod live;
 pub mod pods;
+mod report;
 mod scope;
+mod source;
+pub mod synthetic;
+mod sysfs;
 mod topology;
 
 pub use cpuset::{CpuSet, Iter, MAX_CPUS};
 pub use error::Error;
 pub use pods::PodLayout;
+pub use report::PodsReport;
 pub use scope::{Scope, DEFAULT_SCOPE_ENV};
+pub use synthetic::{Numbering, Shape};
 pub use topology::{CpuFacts, Topology, DEFAULT_SHARD_SIZE};

@@ -1,9 +1,13 @@
 //! `Topology`: the usable CPUs and, for each, its SMT core, LLC, NUMA node and package.
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::pods::PodLayout;
-use crate::{CpuSet, Error, Scope};
+use crate::source::{DirSource, Recorder, Source, TarSource};
+use crate::synthetic::Shape;
+use crate::{live, sysfs, CpuSet, Error, Scope};
 
 /// The shard size (in cores) the kernel uses for `cache_shard` unless told otherwise.
 pub const DEFAULT_SHARD_SIZE: usize = 8;
@@ -74,6 +78,58 @@ impl Topology {
             shard_size: DEFAULT_SHARD_SIZE,
             warnings: Vec::new(),
         })
+    }
+
+    /// Reads a sysfs tree: `root` is a directory holding `sys/devices/system/cpu` (and
+    /// optionally `node`), such as `/` or an unpacked capture, or a `.tar.gz` of such a
+    /// directory with one top folder (what `capture` writes).
+    ///
+    /// The usable CPUs are the tree's online CPUs; nothing of the machine doing the
+    /// reading (its affinity mask, its cgroup) applies. See [`Topology::live`] for that.
+    pub fn from_sysfs(root: &Path) -> Result<Topology, Error> {
+        let meta = std::fs::metadata(root).map_err(|source| Error::Io {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        if meta.is_dir() {
+            sysfs::read(&DirSource::new(root))
+        } else {
+            sysfs::read(&TarSource::open(root)?)
+        }
+    }
+
+    /// This machine as this process sees it: `/sys` read from `/`, with the usable CPUs
+    /// narrowed to online ∩ this thread's affinity mask ∩ the cgroup's effective cpuset
+    /// (when readable).
+    pub fn live() -> Result<Topology, Error> {
+        let topo = Topology::from_sysfs(Path::new("/"))?;
+        let mut allowed = live::affinity()?;
+        if let Some(cpuset) = live::cgroup_cpuset() {
+            allowed = allowed.intersection(&cpuset);
+        }
+        topo.restrict(&allowed)
+    }
+
+    /// A synthetic machine from a shape such as `2s24c2t`, `2s4l8c2t` or
+    /// `2s2n12c2t:linear` (grammar in [`Shape`]).
+    pub fn synthetic(shape: &str) -> Result<Topology, Error> {
+        Shape::parse(shape)?.topology()
+    }
+
+    /// Writes the sysfs files that [`Topology::from_sysfs`] reads from `root`
+    /// (normally `/`) into a `.tar.gz` at `out` with top folder `top`, which
+    /// `from_sysfs` reads back. Returns the topology read and the number of files.
+    pub fn capture(root: &Path, out: &Path, top: &str) -> Result<(Topology, usize), Error> {
+        if top.is_empty() || top.contains('/') || top == "." || top == ".." {
+            return Err(Error::Invalid {
+                what: "capture folder name",
+                reason: format!("`{top}` must be one non-empty path component"),
+            });
+        }
+        let recorder = Recorder::new(DirSource::new(root));
+        let topo = sysfs::read(&recorder as &dyn Source)?;
+        let files = recorder.write_archive(out, top)?;
+        Ok((topo, files))
     }
 
     /// Sets the `cache_shard` target size in cores (the kernel's
