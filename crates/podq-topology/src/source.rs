@@ -234,7 +234,7 @@ impl Recorder {
 
     /// Writes what was read as a `.tar.gz` with top folder `top`.
     pub(crate) fn write_archive(&self, out: &Path, top: &str) -> Result<usize, Error> {
-        let io_err = |source| Error::Io {
+        let io_err = |source| Error::Write {
             path: out.to_path_buf(),
             source,
         };
