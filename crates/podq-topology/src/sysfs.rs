@@ -1,26 +1,5 @@
-//! Reading a topology from a sysfs tree (`sys/devices/system/{cpu,node}`).
-//!
-//! The rules, in the order they are tried (each CPU's groups are later intersected
-//! with the usable CPUs, see [`Topology::from_parts`]):
-//! - usable CPUs: `cpu/online`, else every `cpuN` whose `cpuN/online` is not `0` (a
-//!   missing `online` file means online; CPU 0 often has none);
-//! - possible CPUs: `cpu/possible`, else the `cpuN` folders and the online CPUs;
-//! - SMT group: `topology/thread_siblings_list`, `core_cpus_list`, then the hex masks
-//!   `thread_siblings`, `core_cpus`; else the CPU alone. A list wins over its hex twin
-//!   (hand-edited captures exist where the two disagree);
-//! - LLC: among `cache/index*` whose `type` is not `Instruction`, the highest `level`
-//!   (the lowest index on a tie), its `shared_cpu_list` else `shared_cpu_map`; an empty
-//!   map means private to the SMT group. With no cache information the LLC is the CPUs
-//!   sharing both package and NUMA node, which is the kernel's `cpu_coregroup_mask`
-//!   fallback, and a warning says so;
-//! - package: `core_siblings_list`, `package_cpus_list`, the masks `core_siblings`,
-//!   `package_cpus`, else equal `physical_package_id`, else one package. Packages are
-//!   numbered densely by their lowest CPU;
-//! - NUMA node: `node/nodeM/cpulist` (else `cpumap`); a CPU in several nodes takes the
-//!   lowest; a CPU in no node takes its `cpuN/nodeM` link, else node 0. No `node/`
-//!   folder means one node 0. CPU-less nodes are allowed and ignored.
-//!
-//! NUL bytes and missing trailing newlines are tolerated everywhere.
+//! Reading a topology from a sysfs tree (`sys/devices/system/{cpu,node}`); the rules
+//! are documented on [`Topology::from_sysfs`].
 
 use std::collections::BTreeMap;
 
