@@ -51,5 +51,5 @@ pub use error::Error;
 pub use pods::PodLayout;
 pub use report::PodsReport;
 pub use scope::{Scope, DEFAULT_SCOPE_ENV};
-pub use synthetic::{Numbering, Shape};
+pub use synthetic::{Numbering, Shape, MAX_SYNTHETIC_CPUS};
 pub use topology::{CpuFacts, Topology, DEFAULT_SHARD_SIZE};

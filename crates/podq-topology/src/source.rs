@@ -297,9 +297,13 @@ impl Source for Recorder {
 
     fn numbered(&self, rel: &str, prefix: &str) -> Result<Option<Vec<usize>>, Error> {
         let numbers = self.inner.numbered(rel, prefix)?;
+        let Some(found) = &numbers else {
+            // An absent directory stays absent in the capture.
+            return Ok(None);
+        };
         let mut listed = self.listed.borrow_mut();
         listed.insert(rel.to_owned(), None);
-        for n in numbers.iter().flatten() {
+        for n in found {
             let child = format!("{rel}/{prefix}{n}");
             let target = self.inner.link_target(&child);
             listed.insert(child, target);

@@ -16,7 +16,11 @@
 //! `0..cores`, its second thread `cores..2*cores` and so on (siblings at +cores);
 //! `:linear` numbers a core's threads adjacently (siblings at +1).
 
-use crate::{CpuFacts, CpuSet, Error, Topology, MAX_CPUS};
+use crate::{CpuFacts, CpuSet, Error, Topology};
+
+/// The most CPUs a synthetic shape may have: twice Linux's largest `NR_CPUS` (8192).
+/// Every CPU holds its LLC as a bitset, so the bound also keeps memory small.
+pub const MAX_SYNTHETIC_CPUS: usize = 16384;
 
 /// How hardware threads of one core are numbered.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,9 +124,9 @@ impl Shape {
         ]
         .iter()
         .try_fold(1usize, |acc, &n| acc.checked_mul(n))
-        .filter(|&t| t <= MAX_CPUS);
+        .filter(|&t| t <= MAX_SYNTHETIC_CPUS);
         if total.is_none() {
-            return Err(err(format!("more than {MAX_CPUS} CPUs")));
+            return Err(err(format!("more than {MAX_SYNTHETIC_CPUS} CPUs")));
         }
         Ok(shape)
     }
@@ -151,13 +155,15 @@ impl Shape {
         let cores_per_node = self.llcs_per_node * self.cores_per_llc;
         let cores_per_socket = self.nodes_per_socket * cores_per_node;
         let mut facts = Vec::with_capacity(self.cpus());
+        let mut llc = CpuSet::new();
         for core in 0..self.cores() {
-            let llc_index = core / self.cores_per_llc;
-            let llc: CpuSet = (llc_index * self.cores_per_llc
-                ..(llc_index + 1) * self.cores_per_llc)
-                .flat_map(|c| (0..self.threads_per_core).map(move |t| (c, t)))
-                .map(|(c, t)| self.cpu(c, t))
-                .collect();
+            // Cores are numbered LLC by LLC, so a new LLC starts at each multiple.
+            if core % self.cores_per_llc == 0 {
+                llc = (core..core + self.cores_per_llc)
+                    .flat_map(|c| (0..self.threads_per_core).map(move |t| (c, t)))
+                    .map(|(c, t)| self.cpu(c, t))
+                    .collect();
+            }
             let smt: CpuSet = (0..self.threads_per_core)
                 .map(|t| self.cpu(core, t))
                 .collect();
@@ -210,6 +216,7 @@ mod tests {
             "2s4q",
             "2s4c:arm",
             "99999s99999c99t",
+            "1s16385c",
         ] {
             let err = Shape::parse(bad).unwrap_err().to_string();
             assert!(err.contains(&format!("`{bad}`")), "{err}");

@@ -120,3 +120,30 @@ proptest! {
         prop_assert_eq!(set.iter().collect::<Vec<_>>(), cpus.into_iter().collect::<Vec<_>>());
     }
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Garbage never panics the parsers: it parses, or the error quotes the text.
+    #[test]
+    fn parsers_never_panic(text in "[0-9a-fx,\\-: \\n\\x00]{0,40}") {
+        let quoted = format!("`{}`", text);
+        match CpuSet::parse_list(&text) {
+            Ok(set) => prop_assert_eq!(CpuSet::parse_list(&set.to_list()).unwrap(), set),
+            Err(e) => prop_assert!(e.to_string().contains(&quoted)),
+        }
+        match CpuSet::parse_mask(&text) {
+            Ok(set) => prop_assert_eq!(CpuSet::parse_mask(&set.to_mask()).unwrap(), set),
+            Err(e) => prop_assert!(e.to_string().contains(&quoted)),
+        }
+    }
+
+    /// Any shape string gives a topology or an error naming the shape, never a panic.
+    #[test]
+    fn shapes_never_panic(text in "[0-9snlctx:a-z]{0,12}") {
+        let quoted = format!("`{}`", text);
+        if let Err(e) = Topology::synthetic(&text) {
+            prop_assert!(e.to_string().contains(&quoted));
+        }
+    }
+}
