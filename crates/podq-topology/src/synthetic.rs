@@ -10,7 +10,8 @@
 //!
 //! So `2s24c2t` is 2 sockets × 24 cores × 2 threads = 96 CPUs with one LLC and one node
 //! per socket, and `2s4l8c2t` is 2 sockets × 4 LLCs × 8 cores × 2 threads = 128 CPUs.
-//! Spaces and `x` separators are ignored (`2s x 24c x 2t`).
+//! Spaces and `x` separators are ignored (`2s x 24c x 2t`). At most
+//! [`MAX_SYNTHETIC_CPUS`] CPUs.
 //!
 //! Numbering: `:x86` (the default) gives every core's first thread the ids
 //! `0..cores`, its second thread `cores..2*cores` and so on (siblings at +cores);
