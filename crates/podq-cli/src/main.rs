@@ -1,5 +1,38 @@
 //! The `podq` command.
+//!
+//! Exit codes: 0 success, 1 runtime failure (the error is printed with its causes),
+//! 2 usage error (printed by the argument parser).
 
-fn main() {
-    println!("podq {}", env!("CARGO_PKG_VERSION"));
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod topo;
+
+/// Locality-aware unbound workqueues for user space.
+#[derive(Parser)]
+#[command(name = "podq", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Show the pods of every affinity scope (like wq_dump.py's "Affinity Scopes").
+    Topo(topo::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Topo(args) => topo::run(&args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("podq: error: {err:#}");
+            ExitCode::from(1)
+        }
+    }
 }
