@@ -314,10 +314,9 @@ impl AllocModel {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::topo;
 
     fn model(remote: RemoteRule) -> AllocModel {
-        let t = topo::synthetic("2s2c1t").unwrap();
+        let t = podq_topology::Topology::synthetic("2s2c1t").unwrap();
         let config = AllocConfig {
             object_size: 64,
             cache_size: 4,
@@ -406,7 +405,7 @@ mod tests {
 
     #[test]
     fn bad_knobs_are_refused() {
-        let t = topo::synthetic("1s2c1t").unwrap();
+        let t = podq_topology::Topology::synthetic("1s2c1t").unwrap();
         let mut config = AllocConfig {
             object_size: 64,
             cache_size: 1,

@@ -85,9 +85,16 @@ pub struct BenchArgs {
     /// Times each configuration runs; runs are interleaved across configurations.
     #[arg(long, default_value_t = 2)]
     pub rounds: usize,
-    /// `live`, `fake:SHAPE` (e.g. fake:2s4c2t, mapped onto the real CPUs) or `sysfs:DIR`.
-    #[arg(long, default_value = "live")]
+    /// `live`, `fake:SHAPE` (e.g. fake:2s4c2t: a synthetic machine whose CPUs are
+    /// mapped round-robin onto the real ones) or `sysfs:PATH` (a capture, mapped too).
+    #[arg(long, default_value = "live", conflicts_with_all = ["synthetic", "sysfs_root"])]
     pub topology: String,
+    /// Same as `--topology fake:SHAPE`.
+    #[arg(long, value_name = "SHAPE", conflicts_with = "sysfs_root")]
+    pub synthetic: Option<String>,
+    /// Same as `--topology sysfs:PATH`.
+    #[arg(long, value_name = "DIR|FILE.tar.gz")]
+    pub sysfs_root: Option<PathBuf>,
     /// Systems to run, comma-separated: podq, rayon, tokio-spawn-blocking,
     /// crossbeam-channel, std-mpsc, pernode-threads [default: podq; peers: all].
     #[arg(long, value_delimiter = ',')]
@@ -159,7 +166,8 @@ fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
-    let topology = topo::load(&args.topology).map_err(|e| usage(format!("--topology: {e:#}")))?;
+    let spec = topology_spec(args);
+    let topology = topo::load(&spec).map_err(|e| usage(format!("--topology: {e:#}")))?;
     let map = CpuMap::new(topology)?;
     let systems = systems_for(args, &map)?;
     let length = match (args.items, args.duration) {
@@ -179,7 +187,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         workload: format!("{:?}", args.workload).to_lowercase(),
         command: std::env::args().collect(),
         topology: TopologyInfo {
-            spec: args.topology.clone(),
+            spec: spec.clone(),
             description: topo::describe(map.topology()),
             cpus: map.vcpus().len(),
             nodes: map.topology().nodes().len(),
@@ -215,6 +223,17 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The `--topology` value, with `--synthetic` and `--sysfs-root` folded in.
+fn topology_spec(args: &BenchArgs) -> String {
+    if let Some(shape) = &args.synthetic {
+        format!("fake:{shape}")
+    } else if let Some(root) = &args.sysfs_root {
+        format!("sysfs:{}", root.display())
+    } else {
+        args.topology.clone()
+    }
 }
 
 fn validate(args: &BenchArgs) -> Result<()> {

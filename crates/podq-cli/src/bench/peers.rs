@@ -418,13 +418,12 @@ impl Item for PerNodeItem {
 mod tests {
     use super::*;
     use crate::bench::system::Completion;
-    use crate::bench::topo;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Every peer runs every submitted item exactly once, from several producers.
     #[test]
     fn every_peer_runs_each_submission_once() {
-        let map = CpuMap::new(topo::synthetic("2s2c1t").unwrap()).unwrap();
+        let map = CpuMap::new(podq_topology::Topology::synthetic("2s2c1t").unwrap()).unwrap();
         for name in NAMES {
             let system = build(name, &map).unwrap();
             assert_eq!(system.name(), name);

@@ -217,25 +217,27 @@ pub fn run(
                 s.spawn(move || producer(&ctx, vcpu))
             })
             .collect();
-        barrier.wait();
+        // The first mark is taken before the producers are released, so no
+        // completion falls before it.
         let mut marks = Vec::with_capacity(segments + 1);
-        let mut outcome = Ok(());
+        let mut outcome = snapshot().map(|snap| marks.push(snap));
+        if outcome.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        barrier.wait();
         for (index, scope) in (0..segments).map(|i| (i, params.toggle.get(i))) {
+            if outcome.is_err() {
+                break;
+            }
             if index > 0 {
                 if let Some(&scope) = scope {
                     outcome = rpciod.set_scope(scope);
                 }
-            }
-            if outcome.is_err() {
-                break;
-            }
-            segment.store(index, Ordering::Relaxed);
-            match snapshot() {
-                Ok(snap) => marks.push(snap),
-                Err(e) => {
-                    outcome = Err(e);
+                outcome = outcome.and_then(|()| snapshot().map(|snap| marks.push(snap)));
+                if outcome.is_err() {
                     break;
                 }
+                segment.store(index, Ordering::Relaxed);
             }
             if !segment_length.is_zero() {
                 std::thread::sleep(segment_length);
@@ -500,11 +502,10 @@ fn context_switches() -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::topo;
 
     #[test]
     fn placement_modes() {
-        let map = CpuMap::new(topo::synthetic("2s2c1t").unwrap()).unwrap();
+        let map = CpuMap::new(podq_topology::Topology::synthetic("2s2c1t").unwrap()).unwrap();
         assert_eq!(
             place_producers(&map, "node0", 5).unwrap(),
             vec![0, 1, 0, 1, 0]
