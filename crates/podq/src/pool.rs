@@ -149,6 +149,9 @@ impl Pool {
 }
 
 impl Drop for Pool {
+    /// Stops the workers; they exit once idle. Joining is left to
+    /// [`PoolCore::join_if_stopped`], called by workqueue teardown: a pool's last
+    /// handle may be dropped on one of its own workers or under a lock.
     fn drop(&mut self) {
         let core = &self.core;
         let idle: Vec<thread::Thread> = {
@@ -162,19 +165,24 @@ impl Drop for Pool {
         for t in idle {
             t.unpark();
         }
+    }
+}
+
+impl PoolCore {
+    /// Joins the workers if the pool was stopped (no handle left), except the caller.
+    pub(crate) fn join_if_stopped(&self) {
+        if !lock(&self.state).shutdown {
+            return;
+        }
         let me = std::thread::current().id();
-        let joins = std::mem::take(&mut *lock(&core.joins));
+        let joins = std::mem::take(&mut *lock(&self.joins));
         for handle in joins {
-            // A worker dropping the last handle itself cannot join itself: it is
-            // exiting anyway, so it is left detached.
             if handle.thread().id() != me {
                 let _ = handle.join();
             }
         }
     }
-}
 
-impl PoolCore {
     /// Appends an active item to the worklist and kicks the pool.
     pub(crate) fn push(self: &Arc<Self>, entry: Entry) {
         let mut st = self.stats.enqueue_lock.lock(&self.state);

@@ -25,7 +25,7 @@ use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
 use crate::policy::{self, Admission};
-use crate::pool::{self, Pool};
+use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -80,6 +80,12 @@ struct Table {
     dfl: Option<Arc<Pwq>>,
     /// The effective cpumask (where `queue()` may select CPUs).
     unbound: CpuSet,
+}
+
+/// What an attribute change released (old table, retired pwqs), dropped unlocked.
+struct Released {
+    _table: Arc<Table>,
+    _pwqs: Vec<Arc<Pwq>>,
 }
 
 /// A per-node active-item counter (`wq_node_nr_active`).
@@ -241,7 +247,9 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
         let mut cfg = lock(&wq.config);
         if cfg.attrs.scope == Scope::Default {
             let attrs = cfg.attrs.clone();
-            wq.apply(&mut cfg, attrs)?;
+            let released = wq.apply(&mut cfg, attrs)?;
+            drop(cfg);
+            drop(released);
         }
     }
     Ok(())
@@ -586,6 +594,7 @@ impl Drop for WqHandle {
         );
         drop(old);
         let retiring: Vec<Arc<Pwq>> = std::mem::take(&mut *lock(&wq.pwqs));
+        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         for pwq in &retiring {
             let mut st = lock(&pwq.state);
             st.current = false;
@@ -594,9 +603,14 @@ impl Drop for WqHandle {
         for node in &wq.nodes {
             lock(&node.pending).clear();
         }
-        // Dropping the last pwqs drops pools no other workqueue uses, which stops and
-        // joins their workers.
+        // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
+        // join them here (never from a worker, and never under a lock).
         drop(retiring);
+        if pool::current_wq() == 0 {
+            for core in cores {
+                core.join_if_stopped();
+            }
+        }
         lock(registry())
             .retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(wq)));
     }
@@ -789,8 +803,12 @@ impl WqShared {
     }
 
     fn flush(&self) {
+        // Every item queued before this call sits on a pwq that is on the list now (new
+        // pwqs join the list before the table points at them; a pwq leaves it only when
+        // empty), so one snapshot suffices. It is dropped outside the flush lock: it may
+        // hold the last reference to a retired pwq.
+        let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
         self.flush.flush(|gen| {
-            let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
             pwqs.iter()
                 .all(|p| lock(&p.state).in_flight.clear_up_to(gen))
         });
@@ -812,13 +830,20 @@ impl WqShared {
         let mut cfg = lock(&self.config);
         let mut attrs = cfg.attrs.clone();
         edit(&mut attrs);
-        self.apply(&mut cfg, attrs)
+        let released = self.apply(&mut cfg, attrs)?;
+        drop(cfg);
+        drop(released);
+        Ok(())
     }
 
     /// `apply_workqueue_attrs`: prepare everything (errors leave no trace), then commit
     /// by adding the new pwqs to the flush list, swapping the table, and retiring old
     /// pwqs that are already empty. Old pwqs keep their items and finish them.
-    fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<(), Error> {
+    ///
+    /// Returns what the change released, for the caller to drop after unlocking
+    /// `config`: dropping the last pwq of a pool stops and joins its workers, which
+    /// must not happen under a lock an item might want.
+    fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
         // Prepare.
         attrs.validate()?;
         let usable = self.topology.usable();
@@ -893,7 +918,8 @@ impl WqShared {
         });
         // Commit.
         lock(&self.pwqs).extend(fresh.iter().cloned());
-        let old = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
+        let old_table = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
+        let mut retired = Vec::new();
         let in_new = |p: &Arc<Pwq>| {
             table
                 .cpu_pwq
@@ -909,11 +935,11 @@ impl WqShared {
                 st.current = in_new(p);
                 if !st.current && st.in_flight.is_empty() {
                     st.dead = true;
+                    retired.push(Arc::clone(p));
                 }
                 !st.dead
             });
         }
-        drop(old);
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
         self.update_node_max(&cfg.attrs, &effective);
@@ -921,7 +947,10 @@ impl WqShared {
         for node in &self.nodes {
             self.activate(node);
         }
-        Ok(())
+        Ok(Released {
+            _table: old_table,
+            _pwqs: retired,
+        })
     }
 
     /// The shared pool for a pod mask under `attrs`, created if none is alive.
