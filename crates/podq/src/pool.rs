@@ -86,7 +86,8 @@ pub(crate) struct PoolCore {
     pub(crate) id: u64,
     /// I: what makes this pool different from others.
     pub(crate) key: PoolKey,
-    /// I: the topology CPU numbers refer to.
+    /// I: the topology CPU numbers refer to (for locality statistics).
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) topology: Arc<Topology>,
     /// I: real CPUs workers may run on (the pod if strict, the wq cpumask otherwise).
     allowed: CpuSet,

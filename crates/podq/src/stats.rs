@@ -137,6 +137,7 @@ pub(crate) struct PoolCounters {
 }
 
 impl PoolCounters {
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) fn record_locality(&self, place: Place) {
         let i = match place {
             Place::SameCpu => 0,
@@ -182,6 +183,7 @@ impl std::fmt::Debug for Histogram {
     }
 }
 
+#[cfg_attr(not(feature = "stats"), allow(dead_code))]
 fn bucket_of(v: u64) -> usize {
     if v < SUB as u64 {
         return v as usize;
@@ -205,6 +207,7 @@ fn bucket_high(i: usize) -> u64 {
 impl Histogram {
     /// Records one value.
     #[inline]
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) fn record(&self, v: u64) {
         #[cfg(feature = "stats")]
         {

@@ -154,6 +154,7 @@ pub(crate) struct EntryMeta {
     /// Flush generation (see `workqueue/flush.rs`).
     pub(crate) gen: u64,
     /// The CPU of the queueing thread, in the workqueue's topology.
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) queued_cpu: usize,
     /// When it was queued.
     #[cfg(feature = "stats")]

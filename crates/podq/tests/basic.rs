@@ -108,9 +108,11 @@ fn spawn_returns_values_and_panics() {
     // The pool goes on after a panic.
     assert_eq!(wq.spawn(|| 7).join().unwrap(), 7);
     wq.flush(); // accounting finishes after the result is delivered
-    let stats = wq.stats();
-    assert_eq!(stats.totals.panicked, 1);
-    assert_eq!(stats.totals.completed, 102);
+    if cfg!(feature = "stats") {
+        let stats = wq.stats();
+        assert_eq!(stats.totals.panicked, 1);
+        assert_eq!(stats.totals.completed, 102);
+    }
 }
 
 #[test]
@@ -205,7 +207,9 @@ fn cancel_removes_a_pending_item() {
     gate.wait();
     wq.flush();
     assert_eq!(runs.load(SeqCst), 0);
-    assert_eq!(wq.stats().totals.cancelled, 1);
+    if cfg!(feature = "stats") {
+        assert_eq!(wq.stats().totals.cancelled, 1);
+    }
 }
 
 #[test]
@@ -251,7 +255,9 @@ fn max_active_is_enforced_in_fifo_order() {
     for (pos, &i) in order.iter().enumerate() {
         assert!(pos.abs_diff(i) < 2, "item {i} started at {pos}");
     }
-    assert!(wq.stats().totals.max_active_waits > 0);
+    if cfg!(feature = "stats") {
+        assert!(wq.stats().totals.max_active_waits > 0);
+    }
 }
 
 #[test]

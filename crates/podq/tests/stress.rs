@@ -210,10 +210,12 @@ fn million_items_through_live_attribute_changes() {
     assert_eq!(order_errors.load(SeqCst), 0, "ordered queue out of order");
     let stats = wq.stats();
     let t = &stats.totals;
-    assert_eq!(t.panicked as usize, panics_expected.load(SeqCst));
     assert!(hook_calls.load(SeqCst) >= panics_expected.load(SeqCst));
-    assert_eq!(t.queued, t.started + t.cancelled, "{t:?}");
-    assert_eq!(t.started, t.completed, "{t:?}");
+    if cfg!(feature = "stats") {
+        assert_eq!(t.panicked as usize, panics_expected.load(SeqCst));
+        assert_eq!(t.queued, t.started + t.cancelled, "{t:?}");
+        assert_eq!(t.started, t.completed, "{t:?}");
+    }
     assert!(changes > 10, "the changer ran ({changes} changes)");
     eprintln!("stress: {n} items, {changes} attribute changes, totals {t:?}");
 }
