@@ -266,3 +266,63 @@ fn bad_input_is_a_usage_error_that_names_it() {
         assert!(err.contains(needle), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn podq_runs_every_scope_and_strictness_on_a_fake_topology() {
+    let report = json_of(
+        &[
+            &[
+                "bench",
+                "ladder",
+                "--topology",
+                "fake:2s2c2t",
+                "--think",
+                "20us",
+            ][..],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "ladder");
+    // 6 scopes x 2 strictness x (queue, latency).
+    assert_eq!(results.len(), 24);
+    for r in &results {
+        assert_eq!(r["system"], "podq");
+        assert!(r["scope"].is_string() && r["strict"].is_boolean(), "{r}");
+        assert!(r["pool_locks"]["enqueue"]["acquisitions"].is_u64(), "{r}");
+    }
+    // The queue test has one producer per virtual CPU: 8 x 300 items.
+    let queue = results.iter().find(|r| r["test"] == "queue").unwrap();
+    assert_eq!(queue["items"], 2400);
+}
+
+#[test]
+fn completion_toggle_reports_each_segment_with_its_scope() {
+    let report = json_of(&[
+        "bench",
+        "completion",
+        "--topology",
+        "fake:2s2c2t",
+        "--toggle",
+        "smt,cache_shard,smt",
+        "--strict",
+        "off",
+        "--duration",
+        "600ms",
+        "--rounds",
+        "1",
+        "--depth",
+        "2",
+        "--json",
+        "-",
+    ]);
+    let results = results(&report, "completion");
+    let segments: Vec<(u64, &str)> = results
+        .iter()
+        .map(|r| (r["segment"].as_u64().unwrap(), r["scope"].as_str().unwrap()))
+        .collect();
+    assert_eq!(segments, [(0, "smt"), (1, "cache_shard"), (2, "smt")]);
+    for r in &results {
+        assert!(r["completion"]["nfsiod_pool_locks"].is_object(), "{r}");
+    }
+}

@@ -5,6 +5,7 @@
 pub mod alloc_model;
 pub mod peers;
 pub mod plot;
+pub mod podq_system;
 pub mod report;
 pub mod system;
 pub mod topo;
@@ -150,7 +151,7 @@ fn parse_scope(text: &str) -> Result<Scope, String> {
 
 /// Every system name `--systems` accepts.
 pub fn system_names() -> Vec<&'static str> {
-    peers::NAMES.to_vec()
+    std::iter::once("podq").chain(peers::NAMES).collect()
 }
 
 fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
@@ -159,6 +160,9 @@ fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
             "unknown system `{name}`: expected one of {}",
             system_names().join(", ")
         )));
+    }
+    if name == "podq" {
+        return Ok(Arc::new(podq_system::Podq::new(map.topology().clone())));
     }
     peers::build(name, map)
 }
