@@ -1,7 +1,8 @@
 //! The `podq` command.
 //!
-//! Exit codes: 0 success, 1 runtime failure (including a refused request: unknown
-//! workqueue, attribute or value), 2 usage error.
+//! Exit codes: 0 success, 1 runtime failure (the error is printed with its causes;
+//! this includes a refused control request: unknown workqueue, attribute or value),
+//! 2 usage error (printed by the argument parser).
 
 use std::process::ExitCode;
 
@@ -11,17 +12,20 @@ mod ctl;
 mod monitor;
 mod table;
 mod target;
+mod topo;
 
-/// Locality-aware unbound workqueues: inspect, control and measure them.
-#[derive(Parser, Debug)]
-#[command(name = "podq", version)]
+/// Locality-aware unbound workqueues for user space.
+#[derive(Parser)]
+#[command(name = "podq", version, about)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand)]
 enum Command {
+    /// Show the pods of every affinity scope (like wq_dump.py's "Affinity Scopes").
+    Topo(topo::Args),
     /// List a running process's workqueues, read or write their attributes.
     Ctl(ctl::CtlArgs),
     /// Watch a running process's workqueues, CPUs and threads live.
@@ -31,14 +35,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Topo(args) => topo::run(&args),
         Command::Ctl(args) => ctl::run(args),
         Command::Monitor(args) => monitor::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("podq: {e:#}");
-            ExitCode::FAILURE
+        Err(err) => {
+            eprintln!("podq: error: {err:#}");
+            ExitCode::from(1)
         }
     }
 }
