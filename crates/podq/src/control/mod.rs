@@ -330,3 +330,33 @@ mod tests {
         assert_eq!(req(r#"{"cmd":"stats"}"#).stats.unwrap().len(), 3);
     }
 }
+
+#[cfg(test)]
+mod readme_tests {
+    use super::mock::MockTarget;
+    use super::*;
+
+    /// The session in README.md is replayed against the in-memory target: every `<`
+    /// line must be exactly the reply to the `>` line before it.
+    #[test]
+    fn readme_session_is_real() {
+        let readme = include_str!("README.md");
+        let target = MockTarget::new();
+        let mut pairs = 0;
+        let mut request = None;
+        for line in readme.lines() {
+            if let Some(sent) = line.strip_prefix("> ") {
+                request = Some(sent);
+            } else if let Some(expected) = line.strip_prefix("< ") {
+                let sent = request.take().expect("a `<` line follows a `>` line");
+                let reply = match protocol::parse_request(sent.as_bytes()) {
+                    Ok(r) => dispatch(&target, r),
+                    Err(e) => Reply::error(e.to_string()),
+                };
+                assert_eq!(reply.to_line().trim_end(), expected, "reply to {sent}");
+                pairs += 1;
+            }
+        }
+        assert!(pairs >= 10, "only {pairs} exchanges found");
+    }
+}
