@@ -27,6 +27,7 @@ impl Target {
                 max_active: 256,
                 ordered: false,
             },
+            nr_cpu_ids: 2,
         };
         Arc::new(Target {
             state: Mutex::new((
@@ -48,10 +49,6 @@ impl ControlTarget for Target {
             q.attrs.effective_scope = q.attrs.scope.resolve(state.1);
         }
         queues
-    }
-
-    fn nr_cpu_ids(&self) -> usize {
-        2
     }
 
     fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {

@@ -32,6 +32,7 @@ impl MockTarget {
         let queue = |name: &str, a| QueueInfo {
             name: name.to_owned(),
             attrs: a,
+            nr_cpu_ids: 2,
         };
         MockTarget {
             state: Mutex::new(State {
@@ -59,10 +60,6 @@ impl ControlTarget for MockTarget {
                 q
             })
             .collect()
-    }
-
-    fn nr_cpu_ids(&self) -> usize {
-        2
     }
 
     fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {

@@ -10,13 +10,17 @@
 pub mod attr;
 mod client;
 pub mod protocol;
+mod registry;
 mod server;
+
+use std::sync::Arc;
 
 use crate::topology::Scope;
 
 pub use attr::{Attr, AttrValue, QueueAttrs};
 pub use client::Client;
 pub use protocol::{QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
+pub use registry::{ControlledQueue, DefaultScope, Registry, RegistryTarget};
 pub use server::{
     peer_allowed, peer_credentials, socket_candidates_for_pid, socket_path_for_pid, ControlServer,
     ControlServerBuilder, PeerCredentials,
@@ -39,6 +43,12 @@ pub enum ControlError {
     )]
     UnknownAttr {
         /// The name asked for.
+        name: String,
+    },
+    /// A live visible workqueue already has this name.
+    #[error("a visible workqueue named `{name}` already exists")]
+    NameTaken {
+        /// The name.
         name: String,
     },
     /// The value cannot be written to the attribute.
@@ -113,6 +123,15 @@ pub enum ControlError {
     },
 }
 
+/// Starts the control server on the default socket path (see the README), serving the
+/// workqueues in [`Registry::global`] and `defaults` for the process default scope.
+pub fn start_with<D: DefaultScope + 'static>(defaults: D) -> Result<ControlServer, ControlError> {
+    ControlServer::builder().build(Arc::new(RegistryTarget::new(
+        Arc::clone(Registry::global()),
+        defaults,
+    )))
+}
+
 /// One visible workqueue: its name and requested attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct QueueInfo {
@@ -120,6 +139,9 @@ pub struct QueueInfo {
     pub name: String,
     /// Its attributes.
     pub attrs: QueueAttrs,
+    /// The highest possible CPU of its topology plus one: the width of its cpumask
+    /// values (a queue on a synthetic topology has its own CPU numbering).
+    pub nr_cpu_ids: usize,
 }
 
 /// What the control server controls: the workqueues that opted in, and the process-wide
@@ -133,9 +155,6 @@ pub trait ControlTarget: Send + Sync {
     fn queue(&self, name: &str) -> Option<QueueInfo> {
         self.queues().into_iter().find(|q| q.name == name)
     }
-
-    /// The highest possible CPU number plus one: the width of cpumask values.
-    fn nr_cpu_ids(&self) -> usize;
 
     /// Applies one attribute to a workqueue. Errors: [`ControlError::UnknownQueue`],
     /// [`ControlError::Rejected`] with the runtime's reason.
@@ -163,7 +182,6 @@ pub fn dispatch(target: &dyn ControlTarget, request: Request) -> Reply {
 }
 
 fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, ControlError> {
-    let nr = target.nr_cpu_ids();
     let find = |name: &str| {
         target
             .queue(name)
@@ -173,21 +191,21 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
     };
     match request {
         Request::List => Ok(Reply::queues(
-            target
-                .queues()
-                .iter()
-                .map(|q| QueueSummary::new(q, nr))
-                .collect(),
+            target.queues().iter().map(QueueSummary::new).collect(),
         )),
         Request::Get { queue, attr } => {
             let attr: Attr = attr.parse()?;
             let info = find(&queue)?;
-            Ok(Reply::value(attr::format_value(attr, &info.attrs, nr)))
+            Ok(Reply::value(attr::format_value(
+                attr,
+                &info.attrs,
+                info.nr_cpu_ids,
+            )))
         }
         Request::Set { queue, attr, value } => {
             let attr: Attr = attr.parse()?;
             let info = find(&queue)?;
-            let parsed = attr::parse_value(attr, &value, nr)?;
+            let parsed = attr::parse_value(attr, &value, info.nr_cpu_ids)?;
             if attr == Attr::MaxActive && info.attrs.ordered {
                 return Err(ControlError::ReadOnly {
                     queue,
@@ -197,7 +215,11 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             }
             target.set_attr(&queue, parsed)?;
             let now = find(&queue)?;
-            Ok(Reply::value(attr::format_value(attr, &now.attrs, nr)))
+            Ok(Reply::value(attr::format_value(
+                attr,
+                &now.attrs,
+                now.nr_cpu_ids,
+            )))
         }
         Request::GetDefaultScope => Ok(Reply::value(target.default_scope().name().to_owned())),
         Request::SetDefaultScope { value } => {

@@ -79,9 +79,9 @@ pub struct QueueSummary {
 }
 
 impl QueueSummary {
-    /// The summary of `info`, cpumask `nr_cpu_ids` bits wide.
-    pub fn new(info: &QueueInfo, nr_cpu_ids: usize) -> QueueSummary {
-        let value = |a: Attr| attr::format_value(a, &info.attrs, nr_cpu_ids);
+    /// The summary of `info`.
+    pub fn new(info: &QueueInfo) -> QueueSummary {
+        let value = |a: Attr| attr::format_value(a, &info.attrs, info.nr_cpu_ids);
         QueueSummary {
             name: info.name.clone(),
             affinity_scope: value(Attr::AffinityScope),
