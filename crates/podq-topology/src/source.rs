@@ -98,31 +98,36 @@ impl Source for DirSource {
 /// archive from exhausting memory.
 const MAX_ARCHIVE_BYTES: u64 = 256 << 20;
 
-/// A `.tar.gz` capture with one top folder, unpacked into memory.
-pub(crate) struct TarSource {
-    archive: PathBuf,
-    top: String,
+/// A sysfs tree held in memory: an unpacked `.tar.gz` capture with one top folder, or
+/// files handed over directly (tests, fuzzing).
+pub(crate) struct MemSource {
+    /// What errors call the tree: the archive path and its top folder.
+    label: PathBuf,
     files: BTreeMap<String, Vec<u8>>,
     /// Every entry (file, directory, link) and every directory implied by a deeper
     /// entry, relative to the top folder.
     entries: BTreeSet<String>,
 }
 
-impl TarSource {
+impl MemSource {
+    /// Reads a `.tar.gz` capture from a file.
     pub(crate) fn open(archive: &Path) -> Result<Self, Error> {
-        let io_err = |source| Error::Io {
+        let file = fs::File::open(archive).map_err(|source| Error::Io {
             path: archive.to_path_buf(),
             source,
-        };
+        })?;
+        Self::from_archive(archive, file)
+    }
+
+    /// Reads a `.tar.gz` capture from `reader`; `name` is what errors call it.
+    pub(crate) fn from_archive(name: &Path, reader: impl Read) -> Result<Self, Error> {
         let bad = |reason: String| Error::Malformed {
-            path: archive.to_path_buf(),
+            path: name.to_path_buf(),
             reason,
         };
-        let file = fs::File::open(archive).map_err(io_err)?;
-        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(file));
+        let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(reader));
         let mut top: Option<String> = None;
-        let mut files = BTreeMap::new();
-        let mut entries = BTreeSet::new();
+        let mut source = Self::empty(PathBuf::new());
         let mut total = 0u64;
         for entry in tar
             .entries()
@@ -156,9 +161,6 @@ impl TarSource {
             if rest.is_empty() {
                 continue;
             }
-            for depth in 1..rest.len() {
-                entries.insert(rest[..depth].join("/"));
-            }
             let rel = rest.join("/");
             if entry.header().entry_type().is_file() {
                 total += entry.size();
@@ -172,21 +174,52 @@ impl TarSource {
                 entry
                     .read_to_end(&mut bytes)
                     .map_err(|e| bad(format!("cannot read `{raw}`: {e}")))?;
-                files.insert(rel.clone(), bytes);
+                source.add_file(&rel, bytes);
+            } else {
+                source.add_entry(&rel);
             }
-            entries.insert(rel);
         }
         let top = top.ok_or_else(|| bad("empty archive".to_owned()))?;
-        Ok(Self {
-            archive: archive.to_path_buf(),
-            top,
-            files,
-            entries,
-        })
+        source.label = PathBuf::from(format!("{}:{top}", name.display()));
+        Ok(source)
+    }
+
+    /// A tree of the given files, paths relative to the root (`sys/devices/...`).
+    pub(crate) fn from_files(files: impl IntoIterator<Item = (String, Vec<u8>)>) -> Self {
+        let mut source = Self::empty(PathBuf::from("<memory>"));
+        for (rel, bytes) in files {
+            let rel: Vec<&str> = rel.split('/').filter(|p| !p.is_empty()).collect();
+            source.add_file(&rel.join("/"), bytes);
+        }
+        source
+    }
+
+    fn empty(label: PathBuf) -> Self {
+        Self {
+            label,
+            files: BTreeMap::new(),
+            entries: BTreeSet::new(),
+        }
+    }
+
+    fn add_entry(&mut self, rel: &str) {
+        let mut prefix = String::new();
+        for part in rel.split('/') {
+            if !prefix.is_empty() {
+                prefix.push('/');
+            }
+            prefix.push_str(part);
+            self.entries.insert(prefix.clone());
+        }
+    }
+
+    fn add_file(&mut self, rel: &str, bytes: Vec<u8>) {
+        self.add_entry(rel);
+        self.files.insert(rel.to_owned(), bytes);
     }
 }
 
-impl Source for TarSource {
+impl Source for MemSource {
     fn read(&self, rel: &str) -> Result<Option<Vec<u8>>, Error> {
         Ok(self.files.get(rel).cloned())
     }
@@ -210,7 +243,7 @@ impl Source for TarSource {
     }
 
     fn display(&self, rel: &str) -> PathBuf {
-        PathBuf::from(format!("{}:{}/{rel}", self.archive.display(), self.top))
+        PathBuf::from(format!("{}/{rel}", self.label.display()))
     }
 }
 

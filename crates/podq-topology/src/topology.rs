@@ -5,7 +5,7 @@ use std::path::Path;
 use serde::Serialize;
 
 use crate::pods::PodLayout;
-use crate::source::{DirSource, Recorder, Source, TarSource};
+use crate::source::{DirSource, MemSource, Recorder, Source};
 use crate::synthetic::Shape;
 use crate::{live, sysfs, CpuSet, Error, Scope};
 
@@ -122,8 +122,23 @@ impl Topology {
         if meta.is_dir() {
             sysfs::read(&DirSource::new(root))
         } else {
-            sysfs::read(&TarSource::open(root)?)
+            sysfs::read(&MemSource::open(root)?)
         }
+    }
+
+    /// Like [`Topology::from_sysfs`] on a `.tar.gz` capture already in memory; `name`
+    /// is what errors call it.
+    pub fn from_sysfs_archive(name: &Path, archive: &[u8]) -> Result<Topology, Error> {
+        sysfs::read(&MemSource::from_archive(name, archive)?)
+    }
+
+    /// Like [`Topology::from_sysfs`] on a tree given as files: each path is relative to
+    /// the root (`sys/devices/system/cpu/online`, ...) with its content. Directories
+    /// are implied by the paths; links cannot be expressed.
+    pub fn from_sysfs_files(
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> Result<Topology, Error> {
+        sysfs::read(&MemSource::from_files(files))
     }
 
     /// This machine as this process sees it: `/sys` read from `/`, with the usable CPUs
