@@ -88,6 +88,12 @@ pub enum ControlError {
         /// The limit, [`MAX_REQUEST_BYTES`].
         limit: usize,
     },
+    /// The server already serves as many connections as it may.
+    #[error("too many connections (limit {limit})")]
+    Busy {
+        /// The connection cap.
+        limit: usize,
+    },
     /// The connecting process may not use this server.
     #[error(
         "permission denied: peer uid {peer_uid} is neither the server's uid {server_uid} nor root"

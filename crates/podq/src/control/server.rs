@@ -462,10 +462,9 @@ fn admit(shared: &Shared, stream: &UnixStream) -> Result<(), ControlError> {
     let taken = shared.connections.fetch_add(1, Ordering::Relaxed);
     if taken >= shared.max_connections {
         shared.connections.fetch_sub(1, Ordering::Relaxed);
-        return Err(ControlError::BadRequest(format!(
-            "too many connections (limit {})",
-            shared.max_connections
-        )));
+        return Err(ControlError::Busy {
+            limit: shared.max_connections,
+        });
     }
     Ok(())
 }
@@ -762,10 +761,7 @@ mod tests {
         b.call(&Request::List).unwrap();
         let mut c = Client::connect(server.path(), WAIT).unwrap();
         let reply = c.request(&Request::List).unwrap();
-        assert!(reply
-            .error_text()
-            .unwrap()
-            .contains("too many connections (limit 2)"));
+        assert_eq!(reply.error_text(), Some("too many connections (limit 2)"));
         drop(a);
         // The slot comes back when the connection's thread sees the close.
         let deadline = Instant::now() + WAIT;
