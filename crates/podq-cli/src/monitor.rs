@@ -2,14 +2,16 @@
 //! `wq_monitor.py`, with per-node and per-CPU busy/idle from `/proc/stat` (as `mpstat`)
 //! and the scheduler counters of the process's threads.
 //!
-//! Columns per workqueue, summed over its pools (cumulative since the queue was made,
-//! except `/s` and the CPU and thread figures, which cover the last interval):
-//! `total` items started, `/s` started per second, `infl` started − completed,
-//! `cpu_s` CPU seconds in items, `rpr` repatriations, `cont%` contended lock
-//! acquisitions (enqueue + dequeue), `local%` items run in the LLC they were queued in
-//! (same CPU, SMT core or LLC), `p50`/`p99` queue→start latency. When the stats carry no
-//! whole-queue latency, the worst pool's percentile is shown, marked `^`: an upper bound
-//! of the queue's, as every pool's share above it is at most the percentile's tail.
+//! Columns per workqueue, cumulative since the queue was made (the `/s`, CPU and thread
+//! figures cover the last interval). From the queue's own totals: `total` items
+//! started, `/s` started per second, `infl` started − completed, `rpr` repatriations.
+//! From the pools the queue uses, summed (pools are shared between queues with equal
+//! attributes, so these include other queues' items on shared pools): `cpu_s` CPU
+//! seconds in items, `cont%` contended lock acquisitions (enqueue + dequeue), `local%`
+//! items run in the LLC they were queued in (same CPU, SMT core or LLC), `p50`/`p99`
+//! queue→start latency. When the stats carry no whole-queue latency, the worst pool's
+//! percentile is shown, marked `^`: an upper bound of the pools' combined percentile,
+//! since no pool has more than the tail's share of items above it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io::Write;
@@ -123,6 +125,15 @@ pub fn wq_row(stats: &Value) -> WqRow {
         (None, None) => None,
         (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
     };
+    // The queue's own counts when the stats have them; else the pools' (exact when
+    // the queue shares no pool).
+    let own = |k: &str| {
+        stats
+            .get("totals")
+            .and_then(|t| t.get(k))
+            .and_then(Value::as_u64)
+            .or_else(|| sum(pools, &[k]))
+    };
     let locality = |k| sum(pools, &["locality", k]);
     let local = add(
         add(locality("same_cpu"), locality("same_smt")),
@@ -154,11 +165,11 @@ pub fn wq_row(stats: &Value) -> WqRow {
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_owned(),
-        started: sum(pools, &["started"]),
-        completed: sum(pools, &["completed"]),
+        started: own("started"),
+        completed: own("completed"),
         started_per_s: None,
         cpu_time_s: sum(pools, &["cpu_time_ns"]).map(|ns| ns as f64 / 1e9),
-        repatriated: sum(pools, &["repatriated"]),
+        repatriated: own("repatriated"),
         lock_acquisitions: add(
             sum(pools, &["enqueue_lock", "acquisitions"]),
             sum(pools, &["dequeue_lock", "acquisitions"]),
@@ -458,6 +469,15 @@ mod tests {
         assert_eq!(row.in_flight(), Some(3));
         assert_eq!(row.cpu_time_s, Some(3.0));
         assert_eq!(row.repatriated, Some(6));
+        // The queue's own totals win over the shared pools' counts.
+        let mut own = stats.clone();
+        own["totals"] = json!({ "started": 12, "completed": 11, "repatriated": 1 });
+        let row = wq_row(&own);
+        assert_eq!(
+            (row.started, row.in_flight(), row.repatriated),
+            (Some(12), Some(1), Some(1))
+        );
+        let row = wq_row(&stats);
         assert_eq!(row.contended_percent(), Some(20.0));
         assert_eq!(row.local_percent(), Some(80.0));
         assert_eq!(row.queue_to_start_p99_ns, Some(9000));
