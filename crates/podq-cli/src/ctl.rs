@@ -39,7 +39,8 @@ enum Action {
         wq: String,
         /// The attribute.
         attr: String,
-        /// The value, as written to the kernel's sysfs file.
+        /// The value, as written to the kernel's sysfs file (may be negative: `-5`).
+        #[arg(allow_hyphen_values = true)]
         value: String,
     },
     /// Print the process default scope, or set it (queues on `default` follow it).

@@ -152,6 +152,7 @@ fn ctl_reads_and_writes_attributes() {
     assert_eq!(ok(&ctl(&["get", "rpciod", "affinity_scope"])), "numa\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "cpumask", "2"])), "2\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "max_active", "4096"])), "2048\n");
+    assert_eq!(ok(&ctl(&["set", "nfsiod", "nice", "-5"])), "-5\n");
 
     assert_eq!(ok(&ctl(&["default-scope"])), "cache_shard\n");
     ok(&ctl(&["set", "rpciod", "affinity_scope", "default"]));
