@@ -285,3 +285,63 @@ fn monitor_prints_tables_and_json_lines() {
     assert_eq!(wq["started_per_s"], 0.0);
     assert!(objects.iter().all(|o| o["timestamp"].as_f64().is_some()));
 }
+
+#[test]
+fn ctl_and_monitor_drive_real_workqueues() {
+    use podq::control::{Registry, RegistryTarget, RuntimeDefaultScope};
+    use podq::{Work, Workqueue};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = ControlServer::builder()
+        .path(dir.path().join("rt.sock"))
+        .build(Arc::new(RegistryTarget::new(
+            Arc::clone(Registry::global()),
+            RuntimeDefaultScope,
+        )))
+        .unwrap();
+    let sock = server.path().to_str().unwrap();
+    let wq = Workqueue::builder("cli_rt")
+        .topology(podq::Topology::synthetic("1s2c2t").unwrap())
+        .build()
+        .unwrap();
+    wq.expose().unwrap();
+    let work = Work::new(|| {});
+    for _ in 0..10 {
+        wq.queue(&work);
+        wq.flush();
+    }
+    assert_eq!(
+        ok(&[
+            "ctl",
+            "--socket",
+            sock,
+            "set",
+            "cli_rt",
+            "affinity_scope",
+            "smt"
+        ]),
+        "smt\n"
+    );
+    assert_eq!(wq.attrs().scope, Scope::Smt);
+    assert_eq!(
+        ok(&["ctl", "--socket", sock, "set", "cli_rt", "cpumask", "5"]),
+        "5\n"
+    );
+    assert_eq!(wq.attrs().cpumask.to_list(), "0,2");
+    let err = fails(
+        &["ctl", "--socket", sock, "set", "cli_rt", "nice", "-21"],
+        1,
+    );
+    assert!(err.contains("invalid value `-21` for nice"), "{err}");
+    let lines = ok(&[
+        "monitor", "--socket", sock, "-i", "0.1", "--count", "1", "--json", "cli_rt",
+    ]);
+    let row: Value = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["kind"] == "workqueue")
+        .unwrap();
+    assert_eq!(row["name"], "cli_rt");
+    assert_eq!(row["started"], 10);
+    assert_eq!(row["in_flight"], 0);
+}

@@ -1,6 +1,106 @@
-//! podq: locality-aware unbound workqueues for user space.
+//! podq: the Linux kernel's locality-aware unbound workqueues, in user space.
+//!
+//! A work item queued on a CPU runs on the worker pool serving that CPU's *pod*; the
+//! workqueue's affinity [`Scope`] decides how big pods are, `strict` whether workers stay
+//! inside them. Attributes change live: new items go to the new pools at once, queued
+//! and running ones finish on the old pools, and [`Workqueue::flush`] covers both.
+//!
+//! ```
+//! use podq::{Scope, Work, Workqueue};
+//!
+//! let wq = Workqueue::builder("example").scope(Scope::Cache).build()?;
+//! let work = Work::new(|| println!("hello from a pool"));
+//! wq.queue(&work);
+//! let answer = wq.spawn(|| 40 + 2);
+//! assert_eq!(answer.join().unwrap(), 42);
+//! wq.flush();
+//! # Ok::<(), podq::Error>(())
+//! ```
+//!
+//! # Departures from the kernel
+//! - Pods are built over the usable CPUs (see `podq_topology::Topology`), not the
+//!   possible ones.
+//! - A cpumask with no usable CPU is refused ([`Error::NoUsableCpu`]) instead of
+//!   silently widening to the global mask; `max_active` outside `1..=2048` is refused
+//!   instead of clamped.
+//! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
+//!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
+//!   see a worker sleep. There is no rescuer (no memory-reclaim context in user space).
+//! - Non-strict repatriation: the woken worker narrows its own affinity to the pod and
+//!   widens it again (the kernel sets `wake_cpu` instead); it is counted the same way.
+//! - Flush uses unbounded generations instead of 16 colours (see `workqueue/README.md`).
+//! - Cancelled instances are not unlinked from queues; they carry a sequence number and
+//!   are dropped when reached (see `work/README.md`).
+//! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
+//!   kernel leaves them to the caller.
 
-pub use podq_topology as topology;
-
+mod attrs;
 pub mod control;
+mod cpu;
+mod delayed;
+mod error;
+mod join;
+pub mod policy;
+mod pool;
 pub mod procfs;
+pub mod stats;
+mod sync;
+pub mod testing;
+mod work;
+mod workqueue;
+
+use std::sync::{Arc, RwLock};
+
+pub use attrs::Attrs;
+pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
+pub use delayed::DelayedWork;
+pub use error::Error;
+pub use join::{JoinHandle, Panicked};
+pub use podq_topology as topology;
+pub use podq_topology::{CpuSet, Scope, Topology};
+pub use pool::blocking;
+pub use stats::WorkqueueStats;
+pub use work::Work;
+pub use workqueue::{default_scope, set_default_scope, Workqueue, WorkqueueBuilder};
+
+/// What a panic hook is told about a panicking work item.
+#[derive(Clone, Copy, Debug)]
+pub struct PanicReport<'a> {
+    /// The workqueue the item ran on.
+    pub workqueue: &'a str,
+    /// The panic message.
+    pub message: &'a str,
+}
+
+type Hook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
+
+static PANIC_HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+
+/// Sets the process-wide hook called (on the worker, after the item unwound) for every
+/// panicking work item; replaces the previous one. Panics are always caught and
+/// counted, with or without a hook; the worker and its pool carry on.
+pub fn set_panic_hook(hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) {
+    *PANIC_HOOK
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(hook));
+}
+
+/// Removes the panic hook.
+pub fn clear_panic_hook() {
+    *PANIC_HOOK
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+}
+
+pub(crate) fn report_panic(workqueue: &str, message: &str) {
+    let hook = PANIC_HOOK
+        .read()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .clone();
+    if let Some(hook) = hook {
+        // A panicking hook must not take the worker down with it.
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            hook(&PanicReport { workqueue, message })
+        }));
+    }
+}

@@ -11,6 +11,7 @@ pub mod attr;
 mod client;
 pub mod protocol;
 mod registry;
+mod runtime;
 mod server;
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub use attr::{Attr, AttrValue, QueueAttrs};
 pub use client::Client;
 pub use protocol::{QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
 pub use registry::{ControlledQueue, DefaultScope, Registry, RegistryTarget};
+pub use runtime::{start, RuntimeDefaultScope};
 pub use server::{
     peer_allowed, peer_credentials, socket_candidates_for_pid, socket_path_for_pid, ControlServer,
     ControlServerBuilder, PeerCredentials,

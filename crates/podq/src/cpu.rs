@@ -1,0 +1,230 @@
+//! CPUs as the runtime sees them: `sched_getcpu`, affinity, the thread-local CPU
+//! override, and the mapping of a (possibly fake) topology onto the real CPUs.
+
+use std::cell::Cell;
+use std::sync::OnceLock;
+
+use podq_topology::{CpuFacts, CpuSet, Topology};
+
+use crate::Error;
+
+thread_local! {
+    /// W: the CPU `queue()` from this thread acts as if called on.
+    static CPU_OVERRIDE: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// Makes `queue()` from this thread act as if called on `cpu` (`None`: the real CPU).
+/// Workers set it to their CPU in the workqueue's topology before each item.
+pub fn set_thread_cpu(cpu: Option<usize>) {
+    CPU_OVERRIDE.with(|c| c.set(cpu));
+}
+
+/// The thread-local override if set, else `sched_getcpu()`.
+pub fn current_cpu() -> usize {
+    CPU_OVERRIDE.with(Cell::get).unwrap_or_else(real_cpu)
+}
+
+/// The real CPU this thread runs on (0 if the kernel cannot say).
+pub(crate) fn real_cpu() -> usize {
+    // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's state.
+    let cpu = unsafe { libc::sched_getcpu() };
+    usize::try_from(cpu).unwrap_or(0)
+}
+
+/// The CPUs this process may run on, read once (`sched_getaffinity`).
+pub(crate) fn real_cpus() -> &'static CpuSet {
+    static REAL: OnceLock<CpuSet> = OnceLock::new();
+    REAL.get_or_init(|| {
+        let set = process_affinity().unwrap_or_default();
+        if set.is_empty() {
+            CpuSet::single(real_cpu())
+        } else {
+            set
+        }
+    })
+}
+
+fn process_affinity() -> Result<CpuSet, Error> {
+    // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
+    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
+    if rc != 0 {
+        return Err(Error::Os {
+            call: "sched_getaffinity",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    Ok((0..libc::CPU_SETSIZE as usize)
+        // SAFETY: `c` is below CPU_SETSIZE, the capacity of `raw`.
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &raw) })
+        .collect())
+}
+
+/// Binds the calling thread to `cpus` (real CPU numbers).
+pub(crate) fn set_affinity(cpus: &CpuSet) -> Result<(), Error> {
+    // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
+    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    for c in cpus.iter().filter(|&c| c < libc::CPU_SETSIZE as usize) {
+        // SAFETY: `c` is below CPU_SETSIZE, the capacity of `raw`.
+        unsafe { libc::CPU_SET(c, &mut raw) };
+    }
+    // SAFETY: `raw` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Os {
+            call: "sched_setaffinity",
+            source: std::io::Error::last_os_error(),
+        })
+    }
+}
+
+/// Sets the calling thread's nice value.
+pub(crate) fn set_nice(nice: i32) -> Result<(), Error> {
+    // SAFETY: gettid has no preconditions.
+    let tid = unsafe { libc::gettid() };
+    let who = libc::id_t::try_from(tid).unwrap_or(0);
+    // SAFETY: PRIO_PROCESS with a thread id changes only that thread's priority.
+    let rc = unsafe { libc::setpriority(libc::PRIO_PROCESS, who, nice) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Os {
+            call: "setpriority",
+            source: std::io::Error::last_os_error(),
+        })
+    }
+}
+
+/// Pins the calling thread to the real CPU that `cpu` of `topology` maps onto and sets
+/// the thread-local CPU override to `cpu`.
+pub fn pin_thread_to(cpu: usize, topology: &Topology) -> Result<(), Error> {
+    let map = CpuMap::new(topology);
+    let real = map.real_of(cpu).ok_or_else(|| Error::InvalidCpu {
+        cpu,
+        usable: topology.usable().clone(),
+    })?;
+    set_affinity(&CpuSet::single(real))?;
+    set_thread_cpu(Some(cpu));
+    Ok(())
+}
+
+/// The machine podq runs on, as far as `sched_getaffinity` tells: one core per usable
+/// CPU, one LLC, one node. Used when a workqueue is built without a topology.
+pub(crate) fn live_topology() -> Result<Topology, Error> {
+    let real = real_cpus().clone();
+    let facts: Vec<(usize, CpuFacts)> = real
+        .iter()
+        .map(|c| {
+            (
+                c,
+                CpuFacts {
+                    smt: CpuSet::single(c),
+                    llc: real.clone(),
+                    node: 0,
+                    package: 0,
+                },
+            )
+        })
+        .collect();
+    Ok(Topology::from_parts(real.clone(), real, facts)?)
+}
+
+/// How the CPUs of a topology map onto the real CPUs: identity when every usable CPU is
+/// real, else round-robin (virtual `v` runs on the `v % nreal`-th real CPU, ascending).
+#[derive(Clone, Debug)]
+pub(crate) struct CpuMap {
+    /// I: real CPU of each virtual CPU (`usize::MAX` for unusable ones).
+    real_of: Vec<usize>,
+}
+
+impl CpuMap {
+    pub(crate) fn new(topology: &Topology) -> CpuMap {
+        let real = real_cpus();
+        let usable = topology.usable();
+        let identity = usable.is_subset(real);
+        let reals: Vec<usize> = real.iter().collect();
+        let size = usable.last().map_or(0, |c| c + 1);
+        let real_of = (0..size)
+            .map(|v| {
+                if !usable.contains(v) {
+                    usize::MAX
+                } else if identity {
+                    v
+                } else {
+                    reals[v % reals.len()]
+                }
+            })
+            .collect();
+        CpuMap { real_of }
+    }
+
+    /// The real CPU a usable virtual CPU runs on.
+    pub(crate) fn real_of(&self, cpu: usize) -> Option<usize> {
+        self.real_of.get(cpu).copied().filter(|&r| r != usize::MAX)
+    }
+
+    /// The real CPUs a set of virtual CPUs runs on.
+    pub(crate) fn reals(&self, cpus: &CpuSet) -> CpuSet {
+        cpus.iter().filter_map(|c| self.real_of(c)).collect()
+    }
+
+    /// For each real CPU, the virtual CPU a worker running there counts as: the first
+    /// of `preferred` mapping onto it, else the first of `fallback`, else `default`.
+    pub(crate) fn virtual_table(
+        &self,
+        preferred: &CpuSet,
+        fallback: &CpuSet,
+        default: usize,
+    ) -> Vec<usize> {
+        let size = self
+            .real_of
+            .iter()
+            .filter(|&&r| r != usize::MAX)
+            .max()
+            .map_or(0, |r| r + 1);
+        (0..size)
+            .map(|r| {
+                preferred
+                    .iter()
+                    .chain(fallback.iter())
+                    .find(|&v| self.real_of(v) == Some(r))
+                    .unwrap_or(default)
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn override_wins() {
+        set_thread_cpu(Some(42));
+        assert_eq!(current_cpu(), 42);
+        set_thread_cpu(None);
+        assert!(real_cpus().contains(current_cpu()));
+    }
+
+    #[test]
+    fn fake_topologies_map_round_robin() {
+        let topo = crate::testing::fake_topology(2, 2, 2, 2);
+        let map = CpuMap::new(&topo);
+        let reals: Vec<usize> = real_cpus().iter().collect();
+        let identity = topo.usable().is_subset(real_cpus());
+        for v in 0..16 {
+            let expected = if identity { v } else { reals[v % reals.len()] };
+            assert_eq!(map.real_of(v), Some(expected));
+        }
+        assert_eq!(map.real_of(16), None);
+        let live = live_topology().unwrap();
+        let map = CpuMap::new(&live);
+        for c in real_cpus().iter() {
+            assert_eq!(map.real_of(c), Some(c));
+        }
+    }
+}

@@ -1,0 +1,75 @@
+//! The crate's one error type.
+
+use podq_topology::{CpuSet, Scope};
+
+/// Everything a podq call can refuse. Each variant names the value at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A cpumask with no CPU in it.
+    #[error("empty cpumask")]
+    EmptyCpumask,
+    /// A cpumask none of whose CPUs is usable in the workqueue's topology.
+    #[error("cpumask {mask} has no CPU usable in this topology (usable: {usable})")]
+    NoUsableCpu {
+        /// The requested mask.
+        mask: CpuSet,
+        /// The topology's usable CPUs.
+        usable: CpuSet,
+    },
+    /// `max_active` outside `1..=2048` (the kernel's `WQ_MAX_ACTIVE`).
+    #[error("invalid max_active {value}: must be in 1..=2048")]
+    InvalidMaxActive {
+        /// The requested value.
+        value: usize,
+    },
+    /// `nice` outside `-20..=19`.
+    #[error("invalid nice {value}: must be in -20..=19")]
+    InvalidNice {
+        /// The requested value.
+        value: i32,
+    },
+    /// An attribute that ordered workqueues freeze (`max_active`, `ordered`).
+    #[error("workqueue `{wq}` is ordered: {what} cannot change")]
+    Ordered {
+        /// The workqueue.
+        wq: String,
+        /// The attribute.
+        what: &'static str,
+    },
+    /// `default` offered as the process-wide default scope.
+    #[error("`{scope}` cannot be the process default scope")]
+    DefaultScope {
+        /// The refused scope.
+        scope: Scope,
+    },
+    /// A CPU number that is not usable in the workqueue's topology.
+    #[error("CPU {cpu} is not usable in this topology (usable: {usable})")]
+    InvalidCpu {
+        /// The CPU.
+        cpu: usize,
+        /// The topology's usable CPUs.
+        usable: CpuSet,
+    },
+    /// Queueing refused because the workqueue is draining and the caller is not one of
+    /// its own items (only chained queueing is accepted while draining).
+    #[error("workqueue `{wq}` is draining: only its own items may queue")]
+    Draining {
+        /// The workqueue.
+        wq: String,
+    },
+    /// A workqueue name that is empty.
+    #[error("workqueue name must not be empty")]
+    EmptyName,
+    /// An operating-system call failed.
+    #[error("{call} failed: {source}")]
+    Os {
+        /// The call.
+        call: &'static str,
+        /// The error it returned.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The topology could not be read or built.
+    #[error(transparent)]
+    Topology(#[from] podq_topology::Error),
+}

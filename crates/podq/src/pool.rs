@@ -1,0 +1,560 @@
+//! Worker pools and their workers. Sleep/wake protocol: `pool/README.md`.
+//!
+//! Legend: I set at init; L guarded by `PoolCore::state` (the pool lock); A atomic
+//! (see `stats.rs`: relaxed counters); J guarded by `PoolCore::joins`; W worker-private
+//! (thread-locals of a worker thread).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use podq_topology::{CpuSet, Topology};
+
+use crate::attrs::PoolKey;
+use crate::cpu::{self, CpuMap};
+use crate::policy::{self, Kick, PoolLoad};
+use crate::stats::PoolCounters;
+use std::sync::{Arc, Mutex};
+use std::thread;
+
+use crate::sync::lock_std as lock;
+use crate::work::{Entry, EntryMeta, Start, Task};
+
+thread_local! {
+    /// W: the pool this thread works for, if it is a worker.
+    static WORKER_POOL: RefCell<Option<Arc<PoolCore>>> = const { RefCell::new(None) };
+    /// W: nesting depth of `blocking()` sections.
+    static BLOCKING_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// W: id of the workqueue whose item this thread runs (0: none).
+    static CURRENT_WQ: Cell<u64> = const { Cell::new(0) };
+    /// W: address of the work item this thread runs (0: none).
+    static RUNNING_WORK: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The id of the workqueue whose item the calling thread is running (0: none).
+pub(crate) fn current_wq() -> u64 {
+    CURRENT_WQ.with(Cell::get)
+}
+
+/// The address of the work item the calling thread is running (0: none).
+pub(crate) fn running_work() -> usize {
+    RUNNING_WORK.with(Cell::get)
+}
+
+/// A handle on a pool. Pools are shared between workqueues (through pwqs, which hold
+/// these); dropping the last handle stops the workers and joins them.
+pub(crate) struct Pool {
+    /// I: the pool itself, also held by its workers.
+    pub(crate) core: Arc<PoolCore>,
+}
+
+/// Per-worker bookkeeping, inside the pool lock.
+struct WorkerSlot {
+    /// L: the worker's thread, set when it starts.
+    thread: Option<thread::Thread>,
+    /// L: the worker's last CPU (workqueue topology numbering).
+    last_cpu: usize,
+    /// L: when it last went idle.
+    idle_since: Instant,
+    /// L: a waker took it off the idle list (and counted it running).
+    woken: bool,
+    /// L: it was woken outside its pod and must move back (non-strict pools).
+    repatriate: bool,
+}
+
+/// Everything the pool lock guards (all L).
+#[derive(Default)]
+pub(crate) struct PoolState {
+    /// Runnable items, FIFO.
+    worklist: VecDeque<Entry>,
+    /// Idle workers' slot indices, oldest first; the newest is woken first (LIFO).
+    idle: VecDeque<usize>,
+    /// Workers by slot index; `None` marks a free slot.
+    slots: Vec<Option<WorkerSlot>>,
+    /// Workers alive or being started.
+    nr_workers: usize,
+    /// Workers running or about to run items, not counting `blocking()` sections.
+    nr_running: usize,
+    /// Set when the last handle is dropped: workers exit.
+    shutdown: bool,
+}
+
+/// A pool: one worklist and its workers, for one pod.
+pub(crate) struct PoolCore {
+    /// I: process-unique id.
+    pub(crate) id: u64,
+    /// I: what makes this pool different from others.
+    pub(crate) key: PoolKey,
+    /// I: the topology CPU numbers refer to (for locality statistics).
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
+    pub(crate) topology: Arc<Topology>,
+    /// I: real CPUs workers may run on (the pod if strict, the wq cpumask otherwise).
+    allowed: CpuSet,
+    /// I: real CPUs of the pod (repatriation target).
+    pod_real: CpuSet,
+    /// I: the virtual CPU a worker running on real CPU `r` counts as.
+    virt_of_real: Vec<usize>,
+    /// I: how many workers may run items at once.
+    concurrency: usize,
+    /// I: idle time after which surplus workers exit.
+    idle_timeout: Duration,
+    /// L: the pool lock.
+    state: Mutex<PoolState>,
+    /// A: counters.
+    pub(crate) stats: PoolCounters,
+    /// J: join handles of started workers.
+    joins: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// What to do once the pool lock is released.
+enum Action {
+    Nothing,
+    Unpark(thread::Thread),
+    Spawn(usize),
+}
+
+impl Pool {
+    pub(crate) fn new(
+        id: u64,
+        key: PoolKey,
+        topology: Arc<Topology>,
+        map: &CpuMap,
+        idle_timeout: Duration,
+    ) -> Pool {
+        let pod = key.pod.clone();
+        let mask = key.cpumask.clone().unwrap_or_else(|| pod.clone());
+        let pod_real = map.reals(&pod);
+        let allowed = if key.strict {
+            pod_real.clone()
+        } else {
+            map.reals(&mask)
+        };
+        let virt_of_real = map.virtual_table(&pod, &mask, pod.first().unwrap_or(0));
+        Pool {
+            core: Arc::new(PoolCore {
+                id,
+                concurrency: pod.len().max(1),
+                key,
+                topology,
+                allowed,
+                pod_real,
+                virt_of_real,
+                idle_timeout,
+                state: Mutex::new(PoolState::default()),
+                stats: PoolCounters::default(),
+                joins: Mutex::new(Vec::new()),
+            }),
+        }
+    }
+}
+
+impl Drop for Pool {
+    /// Stops the workers; they exit once idle. Joining is left to
+    /// [`PoolCore::join_if_stopped`], called by workqueue teardown: a pool's last
+    /// handle may be dropped on one of its own workers or under a lock.
+    fn drop(&mut self) {
+        let core = &self.core;
+        let idle: Vec<thread::Thread> = {
+            let mut st = lock(&core.state);
+            st.shutdown = true;
+            st.idle
+                .iter()
+                .filter_map(|&i| st.slots[i].as_ref().and_then(|s| s.thread.clone()))
+                .collect()
+        };
+        for t in idle {
+            t.unpark();
+        }
+    }
+}
+
+impl PoolCore {
+    /// Joins the workers if the pool was stopped (no handle left), except the caller.
+    pub(crate) fn join_if_stopped(&self) {
+        if !lock(&self.state).shutdown {
+            return;
+        }
+        let me = std::thread::current().id();
+        let joins = std::mem::take(&mut *lock(&self.joins));
+        for handle in joins {
+            if handle.thread().id() != me {
+                let _ = handle.join();
+            }
+        }
+    }
+
+    /// Appends an active item to the worklist and kicks the pool.
+    pub(crate) fn push(self: &Arc<Self>, entry: Entry) {
+        let mut st = self.stats.enqueue_lock.lock(&self.state);
+        st.worklist.push_back(entry);
+        let action = self.kick_locked(&mut st);
+        drop(st);
+        self.act(action);
+    }
+
+    /// Workers now and idle workers now.
+    pub(crate) fn worker_counts(&self) -> (usize, usize) {
+        let st = lock(&self.state);
+        (st.nr_workers, st.idle.len())
+    }
+
+    fn load(&self, st: &PoolState) -> PoolLoad {
+        PoolLoad {
+            worklist: st.worklist.len(),
+            idle: st.idle.len(),
+            running: st.nr_running,
+            workers: st.nr_workers,
+            concurrency: self.concurrency,
+        }
+    }
+
+    /// Decides (under the lock) whether to wake or start a worker.
+    fn kick_locked(&self, st: &mut PoolState) -> Action {
+        match policy::kick(self.load(st)) {
+            Kick::Nothing => Action::Nothing,
+            Kick::Wake => {
+                let last_cpu = |i: usize| st.slots[st.idle[i]].as_ref().map_or(0, |s| s.last_cpu);
+                let pick =
+                    policy::pick_idle(st.idle.len(), last_cpu, &self.key.pod, self.key.strict);
+                let Some((at, repatriate)) = pick else {
+                    return Action::Nothing;
+                };
+                let Some(index) = st.idle.remove(at) else {
+                    return Action::Nothing;
+                };
+                st.nr_running += 1;
+                let slot = st.slots[index].as_mut().expect("idle workers have slots");
+                slot.woken = true;
+                slot.repatriate = repatriate;
+                if repatriate {
+                    self.stats.items.repatriated.inc();
+                }
+                slot.thread.clone().map_or(Action::Nothing, Action::Unpark)
+            }
+            Kick::Create => {
+                let slot = WorkerSlot {
+                    thread: None,
+                    last_cpu: self.key.pod.first().unwrap_or(0),
+                    idle_since: Instant::now(),
+                    woken: false,
+                    repatriate: false,
+                };
+                let index = match st.slots.iter().position(Option::is_none) {
+                    Some(i) => {
+                        st.slots[i] = Some(slot);
+                        i
+                    }
+                    None => {
+                        st.slots.push(Some(slot));
+                        st.slots.len() - 1
+                    }
+                };
+                st.nr_workers += 1;
+                st.nr_running += 1;
+                Action::Spawn(index)
+            }
+        }
+    }
+
+    fn act(self: &Arc<Self>, action: Action) {
+        match action {
+            Action::Nothing => {}
+            Action::Unpark(t) => t.unpark(),
+            Action::Spawn(index) => self.spawn_worker(index),
+        }
+    }
+
+    fn spawn_worker(self: &Arc<Self>, index: usize) {
+        let core = Arc::clone(self);
+        let name = format!("podq/u{}:{}", self.id, index);
+        match std::thread::Builder::new()
+            .name(name)
+            .spawn(move || worker_main(core, index))
+        {
+            Ok(handle) => {
+                self.stats.workers_created.inc();
+                lock(&self.joins).push(handle);
+            }
+            Err(_) => {
+                self.stats.worker_spawn_failures.inc();
+                let mut st = lock(&self.state);
+                st.slots[index] = None;
+                st.nr_workers -= 1;
+                st.nr_running -= 1;
+                // Another worker (or the next queue call) will pick the items up; with
+                // no worker at all they wait for the next queue call to try again.
+            }
+        }
+    }
+
+    /// The CPU (workqueue topology numbering) a worker of this pool runs on now.
+    fn worker_cpu(&self) -> usize {
+        let real = cpu::real_cpu();
+        self.virt_of_real
+            .get(real)
+            .copied()
+            .unwrap_or_else(|| self.key.pod.first().unwrap_or(0))
+    }
+
+    /// A `blocking()` section starts on a worker of this pool: it stops counting as
+    /// running, so another worker may be woken or started for waiting items.
+    fn enter_blocking(self: &Arc<Self>) {
+        let mut st = lock(&self.state);
+        st.nr_running -= 1;
+        let action = self.kick_locked(&mut st);
+        drop(st);
+        self.act(action);
+    }
+
+    fn leave_blocking(&self) {
+        lock(&self.state).nr_running += 1;
+    }
+}
+
+/// Runs `f`, telling the pool of the calling worker (if it is one) that it blocks, so
+/// that the pool may wake or start another worker for waiting items. Outside a worker
+/// it just runs `f`.
+///
+/// The kernel sees a worker sleep; user space does not, and podq runs at most one worker
+/// per pod CPU, so an item that waits (I/O, locks, joins) should wrap the wait in
+/// `blocking`. podq's own waits (`join`, `flush`, `cancel_sync`, `drain`) do so already.
+pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
+    struct Leave(Arc<PoolCore>);
+    impl Drop for Leave {
+        fn drop(&mut self) {
+            BLOCKING_DEPTH.with(|d| d.set(d.get() - 1));
+            self.0.leave_blocking();
+        }
+    }
+    let pool = WORKER_POOL.with(|p| p.borrow().clone());
+    let Some(pool) = pool else {
+        return f();
+    };
+    if BLOCKING_DEPTH.with(Cell::get) > 0 {
+        return f();
+    }
+    BLOCKING_DEPTH.with(|d| d.set(1));
+    pool.enter_blocking();
+    let _leave = Leave(pool);
+    f()
+}
+
+fn worker_main(pool: Arc<PoolCore>, index: usize) {
+    if cpu::set_affinity(&pool.allowed).is_err() {
+        pool.stats.affinity_failures.inc();
+    }
+    if pool.key.nice != 0 && cpu::set_nice(pool.key.nice).is_err() {
+        pool.stats.nice_failures.inc();
+    }
+    WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(&pool)));
+    let mut cpu_clock = thread_cpu_ns();
+    let mut st = lock(&pool.state);
+    if let Some(slot) = st.slots[index].as_mut() {
+        slot.thread = Some(thread::current());
+    }
+    loop {
+        if let Some(entry) = st.worklist.pop_front() {
+            let action = pool.kick_locked(&mut st);
+            drop(st);
+            pool.act(action);
+            run_entry(&pool, entry);
+            st = pool.stats.dequeue_lock.lock(&pool.state);
+            continue;
+        }
+        if st.shutdown {
+            break;
+        }
+        st.nr_running -= 1;
+        let last_cpu = pool.worker_cpu();
+        let slot = st.slots[index].as_mut().expect("a worker's own slot");
+        slot.woken = false;
+        slot.idle_since = Instant::now();
+        slot.last_cpu = last_cpu;
+        st.idle.push_back(index);
+        drop(st);
+        let now = thread_cpu_ns();
+        pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
+        cpu_clock = now;
+        match idle(&pool, index) {
+            Some((guard, repatriate)) => {
+                st = guard;
+                if repatriate {
+                    drop(st);
+                    // Narrow to the pod so the scheduler moves us there, then widen
+                    // again: the kernel's wake_cpu nudge, paid by the woken worker.
+                    let _ = cpu::set_affinity(&pool.pod_real);
+                    let _ = cpu::set_affinity(&pool.allowed);
+                    st = pool.stats.dequeue_lock.lock(&pool.state);
+                }
+            }
+            None => {
+                let now = thread_cpu_ns();
+                pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
+                WORKER_POOL.with(|p| *p.borrow_mut() = None);
+                return;
+            }
+        }
+    }
+    // Shutdown with an empty worklist (the last handle is gone, so no pwq can queue).
+    st.slots[index] = None;
+    st.nr_workers -= 1;
+    st.nr_running -= 1;
+    drop(st);
+    let now = thread_cpu_ns();
+    pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
+    WORKER_POOL.with(|p| *p.borrow_mut() = None);
+}
+
+/// Sleeps on the idle list until woken (returns the lock and whether to repatriate) or
+/// until reaped or shut down (returns `None`; the worker has left the pool).
+fn idle(pool: &PoolCore, index: usize) -> Option<(std::sync::MutexGuard<'_, PoolState>, bool)> {
+    loop {
+        thread::park_timeout(pool.idle_timeout);
+        let mut st = lock(&pool.state);
+        let slot = st.slots[index].as_ref().expect("a worker's own slot");
+        if slot.woken {
+            let repatriate = slot.repatriate;
+            return Some((st, repatriate));
+        }
+        let idle_for = slot.idle_since.elapsed();
+        let oldest = st.idle.front() == Some(&index);
+        let busy = st.nr_workers - st.idle.len();
+        let reap = oldest && policy::should_reap(st.idle.len(), busy, idle_for, pool.idle_timeout);
+        if st.shutdown || reap {
+            st.idle.retain(|&i| i != index);
+            st.slots[index] = None;
+            st.nr_workers -= 1;
+            if reap {
+                pool.stats.workers_reaped.inc();
+            }
+            drop(st);
+            if reap {
+                // Nobody will join a reaped worker: detach it.
+                let me = std::thread::current().id();
+                lock(&pool.joins).retain(|h| h.thread().id() != me);
+            }
+            return None;
+        }
+    }
+}
+
+/// Runs one entry taken off a worklist by a worker of `pool`.
+fn run_entry(pool: &Arc<PoolCore>, entry: Entry) {
+    let Entry { task, meta } = entry;
+    let (work, seq) = match task {
+        Task::Once(f) => {
+            execute(pool, &meta, 0, f);
+            return meta.pwq.complete(meta.gen);
+        }
+        Task::Work { work, seq } => (work, seq),
+    };
+    let mut meta = meta;
+    loop {
+        match work.state.start(seq) {
+            Start::Stale => return discard(meta),
+            Start::Run => break,
+            Start::Busy => {
+                let entry = Entry {
+                    task: Task::Work {
+                        work: Arc::clone(&work),
+                        seq,
+                    },
+                    meta,
+                };
+                match work.state.hand_off(entry) {
+                    None => return,
+                    Some(back) => meta = back.meta,
+                }
+            }
+        }
+    }
+    let addr = Arc::as_ptr(&work) as usize;
+    loop {
+        execute(pool, &meta, addr, || work.run());
+        meta.pwq.complete(meta.gen);
+        loop {
+            let Some(next) = work.state.finish() else {
+                return;
+            };
+            let Entry {
+                task,
+                meta: next_meta,
+            } = next;
+            let Task::Work { seq: next_seq, .. } = task else {
+                unreachable!("only work entries are handed off")
+            };
+            if work.state.restart(next_seq) {
+                meta = next_meta;
+                break;
+            }
+            discard(next_meta);
+        }
+    }
+}
+
+/// Drops an entry whose instance was cancelled or superseded.
+fn discard(meta: EntryMeta) {
+    meta.pwq.pool.core.stats.items.cancelled.inc();
+    meta.pwq.wq.counters.cancelled.inc();
+    meta.pwq.complete(meta.gen);
+}
+
+/// Runs `f` for an entry on the calling worker of `pool`, with its accounting.
+fn execute(
+    pool: &PoolCore,
+    meta: &EntryMeta,
+    work_addr: usize,
+    f: impl FnOnce() -> Option<String>,
+) {
+    let owner = &meta.pwq.pool.core;
+    let wq = &meta.pwq.wq;
+    let cpu = pool.worker_cpu();
+    cpu::set_thread_cpu(Some(cpu));
+    owner.stats.items.started.inc();
+    wq.counters.started.inc();
+    #[cfg(feature = "stats")]
+    {
+        owner
+            .stats
+            .queue_to_start
+            .record(crate::stats::elapsed_ns(meta.queued_at));
+        owner
+            .stats
+            .record_locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
+    }
+    CURRENT_WQ.with(|c| c.set(wq.id));
+    RUNNING_WORK.with(|c| c.set(work_addr));
+    #[cfg(feature = "stats")]
+    let start = Instant::now();
+    let panicked = f();
+    #[cfg(feature = "stats")]
+    owner.stats.run_time.record(crate::stats::elapsed_ns(start));
+    RUNNING_WORK.with(|c| c.set(0));
+    CURRENT_WQ.with(|c| c.set(0));
+    owner.stats.items.completed.inc();
+    wq.counters.completed.inc();
+    if let Some(message) = panicked {
+        owner.stats.items.panicked.inc();
+        wq.counters.panicked.inc();
+        crate::report_panic(&wq.name, &message);
+    }
+}
+
+/// CPU time of the calling thread (0 if unavailable).
+fn thread_cpu_ns() -> u64 {
+    #[cfg(feature = "stats")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        if rc == 0 {
+            return u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
+                + u64::try_from(ts.tv_nsec).unwrap_or(0);
+        }
+    }
+    0
+}

@@ -1,0 +1,490 @@
+//! Statistics: monotonic counters, lock contention, locality and latency per pool and
+//! per workqueue, and their serialisable snapshots.
+//!
+//! Recording is compiled out without the `stats` cargo feature (the snapshot types stay,
+//! with zeros), so a benchmark can compare the two builds.
+//!
+//! Everything here is `A` (atomic) with `Relaxed` ordering: counters are monotonic, read
+//! only by snapshots, and never decide control flow, so they pair with nothing. A
+//! snapshot taken while items run is not a consistent cut (e.g. `started` may exceed
+//! `queued` read a moment earlier); readers derive rates from successive snapshots.
+//!
+//! Latency histograms are written here rather than taken from `hdrhistogram`: recording
+//! must be one relaxed `fetch_add` from any worker with no lock and no per-worker
+//! bookkeeping to merge (workers come and go, and a worker runs items of many pools).
+//! Buckets are log-linear with 16 sub-buckets per power of two: values below 16 ns are
+//! exact, others are reported with at most 1/16 relative error, in 7.8 KiB per histogram.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+#[cfg(feature = "stats")]
+use std::time::Instant;
+
+use serde::Serialize;
+
+use crate::policy::Locality as Place;
+use crate::Attrs;
+use std::sync::{Mutex, MutexGuard};
+
+/// A monotonic event counter.
+#[derive(Default, Debug)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        #[cfg(feature = "stats")]
+        self.0.fetch_add(n, Relaxed);
+        #[cfg(not(feature = "stats"))]
+        let _ = n;
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// Item counters, kept per pool and per workqueue.
+#[derive(Default, Debug)]
+pub(crate) struct ItemCounters {
+    pub(crate) queued: Counter,
+    pub(crate) started: Counter,
+    pub(crate) completed: Counter,
+    pub(crate) panicked: Counter,
+    pub(crate) cancelled: Counter,
+    pub(crate) repatriated: Counter,
+    pub(crate) max_active_waits: Counter,
+}
+
+impl ItemCounters {
+    pub(crate) fn snapshot(&self) -> Totals {
+        Totals {
+            queued: self.queued.get(),
+            started: self.started.get(),
+            completed: self.completed.get(),
+            panicked: self.panicked.get(),
+            cancelled: self.cancelled.get(),
+            repatriated: self.repatriated.get(),
+            max_active_waits: self.max_active_waits.get(),
+        }
+    }
+}
+
+/// Contention of one lock at one kind of call site.
+#[derive(Default, Debug)]
+pub(crate) struct LockCounters {
+    acquisitions: Counter,
+    contended: Counter,
+    wait_ns: Counter,
+}
+
+impl LockCounters {
+    /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
+    #[inline]
+    pub(crate) fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        #[cfg(feature = "stats")]
+        {
+            self.acquisitions.inc();
+            if let Ok(guard) = mutex.try_lock() {
+                return guard;
+            }
+            let start = Instant::now();
+            let guard = crate::sync::lock_std(mutex);
+            self.contended.inc();
+            self.wait_ns.add(elapsed_ns(start));
+            guard
+        }
+        #[cfg(not(feature = "stats"))]
+        crate::sync::lock_std(mutex)
+    }
+
+    fn snapshot(&self) -> LockStats {
+        LockStats {
+            acquisitions: self.acquisitions.get(),
+            contended: self.contended.get(),
+            wait_ns: self.wait_ns.get(),
+        }
+    }
+}
+
+/// Nanoseconds since `start`, saturating.
+#[cfg(feature = "stats")]
+pub(crate) fn elapsed_ns(start: Instant) -> u64 {
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Counters of one pool (shared by every workqueue whose items it runs).
+#[derive(Default, Debug)]
+pub(crate) struct PoolCounters {
+    pub(crate) items: ItemCounters,
+    pub(crate) workers_created: Counter,
+    pub(crate) workers_reaped: Counter,
+    pub(crate) worker_spawn_failures: Counter,
+    pub(crate) affinity_failures: Counter,
+    pub(crate) nice_failures: Counter,
+    pub(crate) enqueue_lock: LockCounters,
+    pub(crate) dequeue_lock: LockCounters,
+    pub(crate) locality: [Counter; 5],
+    pub(crate) queue_to_start: Histogram,
+    pub(crate) run_time: Histogram,
+    pub(crate) cpu_time_ns: Counter,
+}
+
+impl PoolCounters {
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
+    pub(crate) fn record_locality(&self, place: Place) {
+        let i = match place {
+            Place::SameCpu => 0,
+            Place::SameSmt => 1,
+            Place::SameLlc => 2,
+            Place::SameNode => 3,
+            Place::Remote => 4,
+        };
+        self.locality[i].inc();
+    }
+}
+
+const SUB_BITS: u32 = 4;
+const SUB: usize = 1 << SUB_BITS;
+const BUCKETS: usize = (64 - SUB_BITS as usize + 1) * SUB;
+
+/// A lock-free log-linear histogram of nanosecond values.
+pub(crate) struct Histogram {
+    buckets: Box<[AtomicU64]>,
+    count: AtomicU64,
+    sum: AtomicU64,
+    min: AtomicU64,
+    max: AtomicU64,
+}
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram {
+            buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
+            count: AtomicU64::new(0),
+            sum: AtomicU64::new(0),
+            min: AtomicU64::new(u64::MAX),
+            max: AtomicU64::new(0),
+        }
+    }
+}
+
+impl std::fmt::Debug for Histogram {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Histogram")
+            .field("count", &self.count.load(Relaxed))
+            .finish()
+    }
+}
+
+#[cfg_attr(not(feature = "stats"), allow(dead_code))]
+fn bucket_of(v: u64) -> usize {
+    if v < SUB as u64 {
+        return v as usize;
+    }
+    let exp = 63 - v.leading_zeros();
+    let mantissa = (v >> (exp - SUB_BITS)) as usize & (SUB - 1);
+    (exp - SUB_BITS + 1) as usize * SUB + mantissa
+}
+
+/// The largest value that falls in bucket `i`.
+fn bucket_high(i: usize) -> u64 {
+    if i < SUB {
+        return i as u64;
+    }
+    let exp = (i / SUB) as u32 + SUB_BITS - 1;
+    let mantissa = (i % SUB) as u64;
+    let low = (SUB as u64 + mantissa) << (exp - SUB_BITS);
+    low + ((1u64 << (exp - SUB_BITS)) - 1)
+}
+
+impl Histogram {
+    /// Records one value.
+    #[inline]
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
+    pub(crate) fn record(&self, v: u64) {
+        #[cfg(feature = "stats")]
+        {
+            self.buckets[bucket_of(v)].fetch_add(1, Relaxed);
+            self.count.fetch_add(1, Relaxed);
+            self.sum.fetch_add(v, Relaxed);
+            self.min.fetch_min(v, Relaxed);
+            self.max.fetch_max(v, Relaxed);
+        }
+        #[cfg(not(feature = "stats"))]
+        let _ = v;
+    }
+
+    pub(crate) fn snapshot(&self) -> Latency {
+        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+        let count: u64 = counts.iter().sum();
+        if count == 0 {
+            return Latency::default();
+        }
+        let max = self.max.load(Relaxed);
+        let min = self.min.load(Relaxed).min(max);
+        let mean = self.sum.load(Relaxed) as f64 / self.count.load(Relaxed).max(1) as f64;
+        let var = counts
+            .iter()
+            .enumerate()
+            .filter(|(_, &n)| n > 0)
+            .map(|(i, &n)| {
+                let low = if i == 0 { 0 } else { bucket_high(i - 1) + 1 };
+                let mid = (low as f64 + bucket_high(i) as f64) / 2.0;
+                n as f64 * (mid - mean) * (mid - mean)
+            })
+            .sum::<f64>()
+            / count as f64;
+        let quantile = |q: f64| {
+            let rank = ((q * count as f64).ceil() as u64).max(1);
+            let mut seen = 0;
+            for (i, &n) in counts.iter().enumerate() {
+                seen += n;
+                if seen >= rank {
+                    return bucket_high(i).min(max).max(min);
+                }
+            }
+            max
+        };
+        Latency {
+            count,
+            min,
+            mean,
+            stdev: var.sqrt(),
+            max,
+            p50: quantile(0.5),
+            p90: quantile(0.9),
+            p99: quantile(0.99),
+            p999: quantile(0.999),
+        }
+    }
+}
+
+/// Item totals of a workqueue or pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Totals {
+    /// Items accepted by a queue call (and `spawn`).
+    pub queued: u64,
+    /// Items whose function started.
+    pub started: u64,
+    /// Items whose function returned (panicked ones included).
+    pub completed: u64,
+    /// Items whose function panicked.
+    pub panicked: u64,
+    /// Queued items dropped without running: cancelled, superseded by `mod_delayed`,
+    /// or still on the timer when their workqueue was dropped.
+    pub cancelled: u64,
+    /// Wake-ups of an idle worker that last ran outside the pod (non-strict pools).
+    pub repatriated: u64,
+    /// Items that had to wait for a `max_active` slot.
+    pub max_active_waits: u64,
+}
+
+/// Contention of a pool lock at one kind of call site.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LockStats {
+    /// Times the lock was taken.
+    pub acquisitions: u64,
+    /// Times it was already held (the try-lock failed).
+    pub contended: u64,
+    /// Total time spent waiting in contended acquisitions.
+    pub wait_ns: u64,
+}
+
+/// Where items ran relative to where they were queued, in the workqueue's topology.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Locality {
+    /// On the queueing CPU.
+    pub same_cpu: u64,
+    /// On another thread of its core.
+    pub same_smt: u64,
+    /// On another core of its last-level cache.
+    pub same_llc: u64,
+    /// On another LLC of its NUMA node.
+    pub same_node: u64,
+    /// On another node.
+    pub remote: u64,
+}
+
+/// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Latency {
+    /// Values recorded.
+    pub count: u64,
+    /// Smallest value.
+    pub min: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Standard deviation (from bucket midpoints).
+    pub stdev: f64,
+    /// Largest value.
+    pub max: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+}
+
+/// A snapshot of one pool. Pools are shared by workqueues with equal pool attributes,
+/// so these numbers cover every workqueue that uses the pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PoolStats {
+    /// Process-unique pool id (as in worker names `podq/u<id>:<n>`).
+    pub id: u64,
+    /// The pod's CPUs as a cpulist.
+    pub pod_cpus: String,
+    /// Whether workers are confined to the pod.
+    pub strict: bool,
+    /// Nice value of the workers.
+    pub nice: i32,
+    /// Items queued onto this pool.
+    pub queued: u64,
+    /// Items started.
+    pub started: u64,
+    /// Items finished (panicked ones included).
+    pub completed: u64,
+    /// Items that panicked.
+    pub panicked: u64,
+    /// Items dropped without running.
+    pub cancelled: u64,
+    /// Repatriating wake-ups.
+    pub repatriated: u64,
+    /// Worker threads started.
+    pub workers_created: u64,
+    /// Worker threads that exited after idling too long.
+    pub workers_reaped: u64,
+    /// Worker threads that could not be started.
+    pub worker_spawn_failures: u64,
+    /// Workers whose CPU affinity could not be set.
+    pub affinity_failures: u64,
+    /// Workers whose nice value could not be set (e.g. EPERM for negative nice).
+    pub nice_failures: u64,
+    /// Workers now.
+    pub workers: usize,
+    /// Idle workers now.
+    pub idle: usize,
+    /// Items that waited for a `max_active` slot.
+    pub max_active_waits: u64,
+    /// Pool-lock contention when queueing.
+    pub enqueue_lock: LockStats,
+    /// Pool-lock contention when workers take items.
+    pub dequeue_lock: LockStats,
+    /// Where items ran relative to where they were queued.
+    pub locality: Locality,
+    /// Time from queueing (activation) to start.
+    pub queue_to_start_ns: Latency,
+    /// Time items ran.
+    pub run_time_ns: Latency,
+    /// CPU time of the workers, added when a worker goes idle or exits.
+    pub cpu_time_ns: u64,
+}
+
+impl PoolStats {
+    pub(crate) fn from_counters(c: &PoolCounters) -> PoolStats {
+        let items = c.items.snapshot();
+        PoolStats {
+            queued: items.queued,
+            started: items.started,
+            completed: items.completed,
+            panicked: items.panicked,
+            cancelled: items.cancelled,
+            repatriated: items.repatriated,
+            max_active_waits: items.max_active_waits,
+            workers_created: c.workers_created.get(),
+            workers_reaped: c.workers_reaped.get(),
+            worker_spawn_failures: c.worker_spawn_failures.get(),
+            affinity_failures: c.affinity_failures.get(),
+            nice_failures: c.nice_failures.get(),
+            enqueue_lock: c.enqueue_lock.snapshot(),
+            dequeue_lock: c.dequeue_lock.snapshot(),
+            locality: Locality {
+                same_cpu: c.locality[0].get(),
+                same_smt: c.locality[1].get(),
+                same_llc: c.locality[2].get(),
+                same_node: c.locality[3].get(),
+                remote: c.locality[4].get(),
+            },
+            queue_to_start_ns: c.queue_to_start.snapshot(),
+            run_time_ns: c.run_time.snapshot(),
+            cpu_time_ns: c.cpu_time_ns.get(),
+            ..PoolStats::default()
+        }
+    }
+}
+
+/// A snapshot of one workqueue.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct WorkqueueStats {
+    /// The workqueue's name.
+    pub name: String,
+    /// Its requested attributes.
+    pub attrs: Attrs,
+    /// Its scope with `default` resolved.
+    pub effective_scope: podq_topology::Scope,
+    /// This workqueue's own item counts (its share of the pools' counts).
+    pub totals: Totals,
+    /// The pools its current and retiring pool_workqueues use, by id.
+    pub pools: Vec<PoolStats>,
+}
+
+/// Snapshots of every live workqueue, in creation order.
+pub fn all() -> Vec<WorkqueueStats> {
+    crate::workqueue::live_workqueues()
+        .iter()
+        .map(|wq| wq.stats_snapshot())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_monotonic_and_tight() {
+        let mut last = 0;
+        for v in (0..100_000u64).chain([u64::MAX / 2, u64::MAX]) {
+            let b = bucket_of(v);
+            assert!(b >= last, "{v}");
+            last = b;
+            assert!(
+                bucket_high(b) >= v,
+                "{v} above its bucket {}",
+                bucket_high(b)
+            );
+            let low = if b == 0 { 0 } else { bucket_high(b - 1) + 1 };
+            assert!(low <= v, "{v} below its bucket");
+            assert!((bucket_high(b) - low) as f64 <= (v as f64 / 16.0).max(0.0) + 1.0);
+        }
+        assert_eq!(bucket_of(u64::MAX), BUCKETS - 1);
+    }
+
+    #[cfg(feature = "stats")]
+    #[test]
+    fn histogram_quantiles() {
+        let h = Histogram::default();
+        for v in 1..=1000u64 {
+            h.record(v * 1000);
+        }
+        let l = h.snapshot();
+        assert_eq!(l.count, 1000);
+        assert_eq!(l.min, 1000);
+        assert_eq!(l.max, 1_000_000);
+        assert!((l.mean - 500_500.0).abs() < 1.0);
+        for (got, want) in [(l.p50, 500_000.0), (l.p90, 900_000.0), (l.p99, 990_000.0)] {
+            let err = (got as f64 - want).abs() / want;
+            assert!(err <= 1.0 / 16.0, "{got} vs {want}");
+        }
+        assert!(l.stdev > 280_000.0 && l.stdev < 300_000.0, "{}", l.stdev);
+        assert_eq!(Histogram::default().snapshot(), Latency::default());
+    }
+}

@@ -1,0 +1,50 @@
+//! The synchronisation facade: std types normally, loom's under `cfg(loom)`, so the loom
+//! models in this crate exercise the real protocol code (pending bit, sleep/wake, flush).
+//!
+//! Only the modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `pool/sleep.rs`)
+//! use the facade; the rest of the runtime uses `std` directly (loom has no `Weak`, no
+//! `const` mutexes and no clock) through [`lock_std`] and [`wait_std`].
+
+#[cfg(loom)]
+pub(crate) use loom::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+#[cfg(loom)]
+pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+
+#[cfg(not(loom))]
+pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+#[cfg(not(loom))]
+pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Locks `mutex`, ignoring poisoning: no podq lock is held while user code runs, so a
+/// poisoned lock can only come from a bug in podq itself, and the data it guards is
+/// still consistent at every unlock point.
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    match mutex.lock() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// Waits on `cv`, ignoring poisoning (see [`lock`]).
+pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    match cv.wait(guard) {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    }
+}
+
+/// [`lock`] for `std` mutexes (the same function when not under loom).
+pub(crate) fn lock_std<T>(mutex: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// [`wait`] for `std` condvars.
+pub(crate) fn wait_std<'a, T>(
+    cv: &std::sync::Condvar,
+    guard: std::sync::MutexGuard<'a, T>,
+) -> std::sync::MutexGuard<'a, T> {
+    cv.wait(guard)
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}

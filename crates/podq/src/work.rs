@@ -1,0 +1,162 @@
+//! Work items: the re-queueable [`Work`] with its PENDING bit, and the queue entries
+//! that carry work and one-shot closures through pools. Protocol: `work/README.md`.
+
+mod state;
+
+use std::any::Any;
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+#[cfg(feature = "stats")]
+use std::time::Instant;
+
+pub(crate) use state::{Start, WorkState, PENDING};
+
+use crate::workqueue::Pwq;
+use std::sync::Arc;
+
+/// A re-queueable work item.
+///
+/// Queueing sets its PENDING bit; queueing it again while pending does nothing and
+/// returns `false`. The bit clears just before the function runs, so queueing it while
+/// it runs schedules one more run, which starts after the running one returns: an item
+/// never runs concurrently with itself. Clones are handles to the same item.
+///
+/// ```
+/// use std::sync::atomic::{AtomicUsize, Ordering};
+/// use std::sync::Arc;
+/// use podq::{Work, Workqueue};
+///
+/// let wq = Workqueue::builder("doc-work").build().unwrap();
+/// let runs = Arc::new(AtomicUsize::new(0));
+/// let counter = runs.clone();
+/// let work = Work::new(move || {
+///     counter.fetch_add(1, Ordering::SeqCst);
+/// });
+/// assert!(wq.queue(&work));
+/// work.flush();
+/// assert_eq!(runs.load(Ordering::SeqCst), 1);
+/// assert!(!work.is_pending());
+/// ```
+#[derive(Clone)]
+pub struct Work {
+    pub(crate) inner: Arc<WorkInner>,
+}
+
+/// The shared part of a work item. Legend: I set at init; A see [`WorkState`].
+pub(crate) struct WorkInner {
+    /// A: the state word and its handoff and wait slots.
+    pub(crate) state: WorkState<Entry>,
+    /// I: the function.
+    func: Box<dyn Fn() + Send + Sync>,
+}
+
+impl fmt::Debug for Work {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Work")
+            .field("pending", &self.is_pending())
+            .finish()
+    }
+}
+
+impl Work {
+    /// A new idle work item running `f` each time it is queued.
+    pub fn new(f: impl Fn() + Send + Sync + 'static) -> Work {
+        Work {
+            inner: Arc::new(WorkInner {
+                state: WorkState::new(),
+                func: Box::new(f),
+            }),
+        }
+    }
+
+    /// Whether the item is queued (or on the timer) and has not started yet.
+    pub fn is_pending(&self) -> bool {
+        self.inner.state.load() & PENDING != 0
+    }
+
+    /// `flush_work`: waits until the instance pending at the call (if any) and the
+    /// running one (if any) have finished. Returns whether it had to wait. An instance
+    /// sitting on a timer is not waited for (use [`crate::DelayedWork::flush`]).
+    /// Calling it from the item itself deadlocks, as in the kernel.
+    pub fn flush(&self) -> bool {
+        crate::blocking(|| self.inner.state.flush())
+    }
+
+    /// `cancel_work`: removes a pending instance; returns whether there was one. Does not
+    /// wait for a running instance.
+    pub fn cancel(&self) -> bool {
+        self.inner.state.cancel()
+    }
+
+    /// `cancel_work_sync`: removes a pending instance and waits for a running one.
+    /// Queueing is refused meanwhile (the kernel's temporary disable), so an item that
+    /// re-queues itself cannot win. Returns whether an instance was pending. On return
+    /// the item is neither pending nor running, unless queued again after this call
+    /// returned. Called from the item itself, it does not wait for itself.
+    pub fn cancel_sync(&self) -> bool {
+        let was_pending = self.inner.state.disable();
+        if !self.is_current() {
+            crate::blocking(|| self.inner.state.wait_not_running());
+        }
+        self.inner.state.enable();
+        was_pending
+    }
+
+    fn is_current(&self) -> bool {
+        crate::pool::running_work() == Arc::as_ptr(&self.inner) as usize
+    }
+}
+
+impl WorkInner {
+    /// Runs the function, catching a panic; returns its message if it panicked.
+    pub(crate) fn run(&self) -> Option<String> {
+        catch_unwind(AssertUnwindSafe(|| (self.func)()))
+            .err()
+            .map(|p| panic_message(&*p))
+    }
+}
+
+/// The text of a panic payload.
+pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic with a non-string payload".to_owned()
+    }
+}
+
+/// What a queue entry runs.
+pub(crate) enum Task {
+    /// Instance `seq` of a work item.
+    Work {
+        /// The item.
+        work: Arc<WorkInner>,
+        /// Which queueing this entry is (stale once the item's sequence moved on).
+        seq: u32,
+    },
+    /// A one-shot closure (`spawn`); returns its panic message if it panicked.
+    Once(Box<dyn FnOnce() -> Option<String> + Send>),
+}
+
+/// One queued item: what to run and the accounting it carries. Holding the pwq keeps
+/// it (and its pool) alive while the item is anywhere in flight, as the kernel's
+/// `get_pwq`.
+pub(crate) struct Entry {
+    pub(crate) task: Task,
+    pub(crate) meta: EntryMeta,
+}
+
+/// The accounting part of an [`Entry`].
+pub(crate) struct EntryMeta {
+    pub(crate) pwq: Arc<Pwq>,
+    /// Flush generation (see `workqueue/flush.rs`).
+    pub(crate) gen: u64,
+    /// The CPU of the queueing thread, in the workqueue's topology.
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
+    pub(crate) queued_cpu: usize,
+    /// When it was queued.
+    #[cfg(feature = "stats")]
+    pub(crate) queued_at: Instant,
+}

@@ -1,0 +1,377 @@
+//! The state word of a work item: PENDING, RUNNING, the collision handoff, waiters,
+//! the disable depth and the queue sequence number. Protocol: `work/README.md`.
+//!
+//! Legend: I set at init; A atomic (ordering and pair named at each use);
+//! H guarded by `handoff`; C guarded by `waiters` (with its condvar).
+
+use crate::sync::{lock, wait, AtomicU32, AtomicU64, Condvar, Mutex, Ordering::*};
+
+/// Queued (on the timer, an inactive list, a worklist or the handoff slot), not started.
+pub(crate) const PENDING: u64 = 1;
+/// A worker is running the function.
+pub(crate) const RUNNING: u64 = 1 << 1;
+/// An instance is waiting in the handoff slot for the running worker.
+pub(crate) const HANDOFF: u64 = 1 << 2;
+/// Someone waits in `wait_until`; whoever changes RUNNING or PENDING must notify.
+pub(crate) const WAITERS: u64 = 1 << 3;
+/// The pending instance sits on the timer (delayed work).
+pub(crate) const TIMER: u64 = 1 << 4;
+const DISABLE_SHIFT: u32 = 16;
+const DISABLE_ONE: u64 = 1 << DISABLE_SHIFT;
+const DISABLE_MASK: u64 = 0xffff << DISABLE_SHIFT;
+const SEQ_SHIFT: u32 = 32;
+
+/// The sequence number of the latest queueing (bumped by every queue and every steal).
+pub(crate) fn seq_of(word: u64) -> u32 {
+    (word >> SEQ_SHIFT) as u32
+}
+
+fn with_seq(word: u64, seq: u32) -> u64 {
+    (word & 0xffff_ffff) | (u64::from(seq) << SEQ_SHIFT)
+}
+
+fn disabled(word: u64) -> bool {
+    word & DISABLE_MASK != 0
+}
+
+/// `a` is at or before `b`, in wrapping sequence order.
+pub(crate) fn seq_le(a: u32, b: u32) -> bool {
+    (b.wrapping_sub(a) as i32) >= 0
+}
+
+/// What a worker may do with an instance it took off a worklist.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Start {
+    /// PENDING cleared, RUNNING set: run it.
+    Run,
+    /// The instance was cancelled or superseded: drop it.
+    Stale,
+    /// Another worker runs the item: hand the instance to it.
+    Busy,
+}
+
+/// The state of one work item. `T` is what travels through the handoff slot (a queue
+/// entry in the runtime, a plain value in the loom models).
+pub(crate) struct WorkState<T> {
+    /// A: flags, disable depth and sequence (see the constants). Every transition is a
+    /// `SeqCst` RMW, so all transitions of one item are totally ordered; the
+    /// `Acquire`/`Release` halves pair the queuer's stores before `try_pend` with the
+    /// worker's loads after `start`.
+    word: AtomicU64,
+    /// A: sequence of the running (or last run) instance; written after RUNNING is set
+    /// (`Release`), read by `wait_until` (`Acquire`). Read alone it may be one run old,
+    /// which only makes a flush wait for one more run, never less.
+    run_seq: AtomicU32,
+    /// H: the instance handed to the running worker (valid while HANDOFF is set).
+    handoff: Mutex<Option<T>>,
+    /// C: waiters of `wait_until`.
+    waiters: Mutex<()>,
+    /// C: signalled when RUNNING or PENDING changes while WAITERS is set.
+    wake: Condvar,
+}
+
+impl<T> WorkState<T> {
+    pub(crate) fn new() -> Self {
+        WorkState {
+            word: AtomicU64::new(0),
+            run_seq: AtomicU32::new(0),
+            handoff: Mutex::new(None),
+            waiters: Mutex::new(()),
+            wake: Condvar::new(),
+        }
+    }
+
+    /// The whole word (for tests and `is_pending`).
+    pub(crate) fn load(&self) -> u64 {
+        self.word.load(SeqCst)
+    }
+
+    /// Applies `f` until the CAS succeeds; `f` returns `None` to give up. Returns the
+    /// old word and whether it changed.
+    fn update(&self, mut f: impl FnMut(u64) -> Option<u64>) -> (u64, bool) {
+        let mut old = self.word.load(SeqCst);
+        loop {
+            let Some(new) = f(old) else {
+                return (old, false);
+            };
+            match self.word.compare_exchange_weak(old, new, SeqCst, SeqCst) {
+                Ok(_) => return (old, true),
+                Err(current) => old = current,
+            }
+        }
+    }
+
+    fn notify_if(&self, old: u64) {
+        if old & WAITERS != 0 {
+            drop(lock(&self.waiters));
+            self.wake.notify_all();
+        }
+    }
+
+    /// `test_and_set(PENDING)`: fails if already pending or disabled. On success the new
+    /// instance's sequence number is returned; `timer` marks it as sitting on the timer.
+    pub(crate) fn try_pend(&self, timer: bool) -> Option<u32> {
+        let flags = PENDING | if timer { TIMER } else { 0 };
+        let (old, ok) = self.update(|w| {
+            (w & PENDING == 0 && !disabled(w))
+                .then(|| with_seq(w | flags, seq_of(w).wrapping_add(1)))
+        });
+        ok.then(|| seq_of(old).wrapping_add(1))
+    }
+
+    /// Grabs PENDING whatever the state (`mod_delayed_work`): a pending instance is
+    /// superseded (it becomes stale wherever it is). Returns whether one was pending and
+    /// the new instance's sequence, or `None` if the item is disabled.
+    pub(crate) fn repend(&self, timer: bool) -> Option<(bool, u32)> {
+        let (old, ok) = self.update(|w| {
+            (!disabled(w)).then(|| {
+                let flags = (w & !TIMER) | PENDING | if timer { TIMER } else { 0 };
+                with_seq(flags, seq_of(w).wrapping_add(1))
+            })
+        });
+        ok.then(|| (old & PENDING != 0, seq_of(old).wrapping_add(1)))
+    }
+
+    /// The timer fired for instance `seq`: it leaves the timer (still PENDING). False if
+    /// the instance was cancelled or superseded meanwhile.
+    pub(crate) fn fire_timer(&self, seq: u32) -> bool {
+        self.update(|w| {
+            (w & (PENDING | TIMER) == PENDING | TIMER && seq_of(w) == seq).then_some(w & !TIMER)
+        })
+        .1
+    }
+
+    /// Takes a pending instance off the timer to queue it now (`flush_delayed_work`):
+    /// the timer's instance becomes stale and the new sequence is returned.
+    pub(crate) fn steal_timer(&self) -> Option<u32> {
+        let (old, ok) = self.update(|w| {
+            (w & (PENDING | TIMER) == PENDING | TIMER)
+                .then(|| with_seq(w & !TIMER, seq_of(w).wrapping_add(1)))
+        });
+        ok.then(|| seq_of(old).wrapping_add(1))
+    }
+
+    /// A worker took instance `seq` off a worklist. `Run` clears PENDING and sets
+    /// RUNNING in one step: the kernel's "clear PENDING just before the function runs".
+    pub(crate) fn start(&self, seq: u32) -> Start {
+        let mut verdict = Start::Stale;
+        let (_, ok) = self.update(|w| {
+            if w & PENDING == 0 || seq_of(w) != seq {
+                verdict = Start::Stale;
+                None
+            } else if w & RUNNING != 0 {
+                verdict = Start::Busy;
+                None
+            } else {
+                verdict = Start::Run;
+                Some((w & !PENDING) | RUNNING)
+            }
+        });
+        if ok {
+            // Release: pairs with the Acquire load in `wait_until`.
+            self.run_seq.store(seq, Release);
+        }
+        verdict
+    }
+
+    /// Hands `payload` to the worker running the item. Returns it back if that worker
+    /// finished meanwhile (the caller then retries `start`).
+    pub(crate) fn hand_off(&self, payload: T) -> Option<T> {
+        let mut slot = lock(&self.handoff);
+        *slot = Some(payload);
+        let (_, ok) =
+            self.update(|w| (w & RUNNING != 0 && w & HANDOFF == 0).then_some(w | HANDOFF));
+        if ok {
+            None
+        } else {
+            slot.take()
+        }
+    }
+
+    /// The running worker finished one run. Returns the next instance handed to it (the
+    /// item stays RUNNING: the caller must `restart` it), or `None` with RUNNING cleared.
+    pub(crate) fn finish(&self) -> Option<T> {
+        let (old, _) = self.update(|w| {
+            Some(if w & HANDOFF != 0 {
+                w & !HANDOFF
+            } else {
+                w & !(RUNNING | WAITERS)
+            })
+        });
+        if old & HANDOFF != 0 {
+            // The depositor filled the slot before setting HANDOFF, under this lock.
+            return lock(&self.handoff).take();
+        }
+        self.notify_if(old);
+        None
+    }
+
+    /// Runs handed-off instance `seq` on the worker already holding RUNNING. False if it
+    /// went stale (the caller drops it and calls `finish` again).
+    pub(crate) fn restart(&self, seq: u32) -> bool {
+        let (old, ok) = self
+            .update(|w| (w & PENDING != 0 && seq_of(w) == seq).then_some(w & !(PENDING | WAITERS)));
+        if ok {
+            // Release: pairs with the Acquire load in `wait_until`.
+            self.run_seq.store(seq, Release);
+            self.notify_if(old);
+        }
+        ok
+    }
+
+    /// `cancel_work`: clears PENDING (the queued instance goes stale). Returns whether
+    /// the item was pending. Never waits.
+    pub(crate) fn cancel(&self) -> bool {
+        let (old, ok) = self.update(|w| {
+            (w & PENDING != 0)
+                .then(|| with_seq(w & !(PENDING | TIMER | WAITERS), seq_of(w).wrapping_add(1)))
+        });
+        if ok {
+            self.notify_if(old);
+        }
+        ok
+    }
+
+    /// Raises the disable depth (queueing fails while it is above zero) and cancels a
+    /// pending instance. Returns whether one was pending.
+    pub(crate) fn disable(&self) -> bool {
+        let (old, _) = self.update(|w| {
+            let depth = if w & DISABLE_MASK == DISABLE_MASK {
+                0
+            } else {
+                DISABLE_ONE
+            };
+            Some(if w & PENDING != 0 {
+                with_seq(w & !(PENDING | TIMER | WAITERS), seq_of(w).wrapping_add(1)) + depth
+            } else {
+                w + depth
+            })
+        });
+        self.notify_if(old);
+        old & PENDING != 0
+    }
+
+    /// Lowers the disable depth.
+    pub(crate) fn enable(&self) {
+        self.update(|w| Some(if disabled(w) { w - DISABLE_ONE } else { w }));
+    }
+
+    /// Blocks until `done(word, run_seq)` holds.
+    pub(crate) fn wait_until(&self, done: impl Fn(u64, u32) -> bool) {
+        // Acquire: pairs with the Release stores of run_seq.
+        if done(self.word.load(SeqCst), self.run_seq.load(Acquire)) {
+            return;
+        }
+        let mut guard = lock(&self.waiters);
+        loop {
+            // Setting WAITERS first: a transition after this RMW sees it and notifies
+            // under `waiters`, which we hold until `wait` releases it.
+            let word = self.word.fetch_or(WAITERS, SeqCst) | WAITERS;
+            if done(word, self.run_seq.load(Acquire)) {
+                return;
+            }
+            guard = wait(&self.wake, guard);
+        }
+    }
+
+    /// `flush_work`: waits for the instance pending at the call (unless it is on the
+    /// timer) and the running one to finish. Returns whether there was one to wait for.
+    pub(crate) fn flush(&self) -> bool {
+        let word = self.load();
+        if word & RUNNING == 0 && (word & PENDING == 0 || word & TIMER != 0) {
+            return false;
+        }
+        let target = seq_of(word);
+        self.wait_until(|w, run| {
+            let pending = w & PENDING != 0 && w & TIMER == 0 && seq_of(w) == target;
+            let running = w & RUNNING != 0 && seq_le(run, target);
+            !pending && !running
+        });
+        true
+    }
+
+    /// Waits until no worker runs the item.
+    pub(crate) fn wait_not_running(&self) {
+        self.wait_until(|w, _| w & RUNNING == 0);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pending_bit_lifecycle() {
+        let s: WorkState<u32> = WorkState::new();
+        let a = s.try_pend(false).unwrap();
+        assert_eq!(
+            s.try_pend(false),
+            None,
+            "queueing a pending item does nothing"
+        );
+        assert_eq!(s.start(a), Start::Run);
+        assert_eq!(
+            s.load() & PENDING,
+            0,
+            "PENDING clears as the function starts"
+        );
+        let b = s
+            .try_pend(false)
+            .expect("queueing while running schedules one more run");
+        assert_eq!(s.start(b), Start::Busy, "never concurrently with itself");
+        assert_eq!(s.hand_off(b), None);
+        assert_eq!(s.finish(), Some(b));
+        assert!(s.restart(b));
+        assert_eq!(s.finish(), None);
+        assert_eq!(s.load() & (PENDING | RUNNING | HANDOFF), 0);
+    }
+
+    #[test]
+    fn cancel_makes_instances_stale() {
+        let s: WorkState<u32> = WorkState::new();
+        let a = s.try_pend(false).unwrap();
+        assert!(s.cancel());
+        assert!(!s.cancel());
+        assert_eq!(s.start(a), Start::Stale);
+        let b = s.try_pend(true).unwrap();
+        assert!(!s.flush(), "flush_work ignores an instance on the timer");
+        let (was, c) = s.repend(true).unwrap();
+        assert!(was);
+        assert!(!s.fire_timer(b), "superseded timer instance");
+        assert!(s.fire_timer(c));
+        assert_eq!(s.start(c), Start::Run);
+        assert_eq!(s.finish(), None);
+    }
+
+    #[test]
+    fn disable_refuses_queueing() {
+        let s: WorkState<u32> = WorkState::new();
+        let a = s.try_pend(false).unwrap();
+        assert!(s.disable());
+        assert_eq!(s.try_pend(false), None);
+        assert_eq!(s.repend(false), None);
+        assert_eq!(s.start(a), Start::Stale);
+        s.enable();
+        assert!(s.try_pend(false).is_some());
+    }
+
+    #[test]
+    fn handoff_returns_when_runner_finished() {
+        let s: WorkState<u32> = WorkState::new();
+        let a = s.try_pend(false).unwrap();
+        assert_eq!(s.start(a), Start::Run);
+        let b = s.try_pend(false).unwrap();
+        assert_eq!(s.start(b), Start::Busy);
+        assert_eq!(s.finish(), None);
+        assert_eq!(s.hand_off(b), Some(b), "runner gone: take it back");
+        assert_eq!(s.start(b), Start::Run);
+    }
+
+    #[test]
+    fn sequence_order_wraps() {
+        assert!(seq_le(1, 1));
+        assert!(seq_le(1, 2));
+        assert!(!seq_le(2, 1));
+        assert!(seq_le(u32::MAX, 0));
+    }
+}

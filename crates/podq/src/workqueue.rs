@@ -1,0 +1,1092 @@
+//! Workqueues, their pool_workqueues (pwqs), `max_active` admission, flush, drain and
+//! live attribute changes. Protocols: `workqueue/README.md`.
+//!
+//! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
+//! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
+//! (read-mostly); S guarded by `WqShared::pwqs`; P guarded by `Pwq::state`; N guarded
+//! by `NodeActive::pending`.
+//!
+//! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
+//! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
+
+mod control;
+pub(crate) mod flush;
+
+use std::cell::Cell;
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::sync::{OnceLock, Weak};
+use std::time::Duration;
+
+use crossbeam_utils::sync::ShardedLock;
+use podq_topology::{CpuSet, Scope, Topology};
+
+use crate::attrs::PoolKey;
+use crate::cpu::{self, CpuMap};
+use crate::delayed::{self, DelayedWork};
+use crate::join::{self, JoinHandle};
+use crate::policy::{self, Admission};
+use crate::pool::{self, Pool, PoolCore};
+use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+
+use crate::sync::lock_std as lock;
+use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
+use crate::{Attrs, Error};
+use flush::{FlushDomain, InFlight};
+
+thread_local! {
+    /// W: the last CPU chosen round-robin by this thread (`wq_rr_cpu_last`).
+    static RR_LAST: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// A workqueue: the object work is queued on. Cheap to clone (a handle); when the last
+/// handle is dropped the workqueue is drained, its delayed items still on the timer are
+/// cancelled (and counted as cancelled), and the workers of pools no other workqueue
+/// uses are stopped and joined.
+///
+/// ```
+/// use podq::{Scope, Workqueue};
+///
+/// let wq = Workqueue::builder("doc-wq").scope(Scope::Cpu).max_active(4).build()?;
+/// let handle = wq.spawn(|| 6 * 7);
+/// assert_eq!(handle.join().unwrap(), 42);
+/// wq.set_scope(Scope::System)?;          // live: new items use the new pools
+/// wq.flush();
+/// # Ok::<(), podq::Error>(())
+/// ```
+#[derive(Clone)]
+pub struct Workqueue {
+    handle: Arc<WqHandle>,
+}
+
+/// The user-held part; its drop tears the workqueue down.
+struct WqHandle {
+    /// I: the shared part (also held by pwqs, timers and stats).
+    shared: Arc<WqShared>,
+}
+
+/// Requested attributes and what they resolved to (all M).
+struct Config {
+    attrs: Attrs,
+    effective_scope: Scope,
+}
+
+/// The CPU → pwq table, swapped whole on an attribute change.
+struct Table {
+    /// Pwq of each CPU in the topology's numbering (`None`: not usable).
+    cpu_pwq: Vec<Option<Arc<Pwq>>>,
+    /// The pwq spanning the whole effective cpumask (`dfl_pwq`); `None` once destroyed.
+    dfl: Option<Arc<Pwq>>,
+    /// The effective cpumask (where `queue()` may select CPUs).
+    unbound: CpuSet,
+}
+
+/// What an attribute change released (old table, retired pwqs), dropped unlocked.
+struct Released {
+    _table: Arc<Table>,
+    _pwqs: Vec<Arc<Pwq>>,
+}
+
+/// A per-node active-item counter (`wq_node_nr_active`).
+pub(crate) struct NodeActive {
+    /// A: the node's share of `max_active` (`SeqCst`, read in `try_inc`).
+    max: AtomicUsize,
+    /// A: active items (`SeqCst` CAS; pairs with the `pending` lock, see README).
+    nr: AtomicUsize,
+    /// N: pwqs with inactive items waiting for a slot, served round-robin.
+    pending: Mutex<VecDeque<Arc<Pwq>>>,
+}
+
+impl NodeActive {
+    fn new() -> NodeActive {
+        NodeActive {
+            max: AtomicUsize::new(1),
+            nr: AtomicUsize::new(0),
+            pending: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    fn try_inc(&self) -> bool {
+        let mut nr = self.nr.load(SeqCst);
+        loop {
+            if !policy::may_activate(nr, self.max.load(SeqCst)) {
+                return false;
+            }
+            match self.nr.compare_exchange_weak(nr, nr + 1, SeqCst, SeqCst) {
+                Ok(_) => return true,
+                Err(now) => nr = now,
+            }
+        }
+    }
+}
+
+/// Shared state of a workqueue.
+pub(crate) struct WqShared {
+    /// I: process-unique id (never 0).
+    pub(crate) id: u64,
+    /// I: name.
+    pub(crate) name: String,
+    /// I: whether ordered.
+    ordered: bool,
+    /// I: the topology CPU numbers refer to.
+    topology: Arc<Topology>,
+    /// I: identity of the topology for pool sharing.
+    topology_id: u64,
+    /// I: virtual → real CPUs.
+    cpu_map: CpuMap,
+    /// I: idle timeout of its pools' workers.
+    idle_timeout: Duration,
+    /// I: node id → index in `nodes` (the last index is the fallback counter).
+    node_index: Vec<usize>,
+    /// M: requested attributes; held across a whole change.
+    config: Mutex<Config>,
+    /// T: the CPU → pwq table.
+    table: ShardedLock<Arc<Table>>,
+    /// S: every live pwq, oldest first (current and retiring ones: flush walks them).
+    pwqs: Mutex<Vec<Arc<Pwq>>>,
+    /// I (contents A/N): per-node active counters, fallback last.
+    nodes: Vec<NodeActive>,
+    /// A/F: flush generations.
+    flush: FlushDomain,
+    /// A: drain calls in progress (`SeqCst`; checked by queue calls).
+    draining: AtomicUsize,
+    /// A: set once torn down (`SeqCst`; checked by queue calls and timers).
+    destroyed: AtomicBool,
+    /// A: item counters of this workqueue.
+    pub(crate) counters: ItemCounters,
+}
+
+/// A pool_workqueue: one workqueue's link to one pool.
+pub(crate) struct Pwq {
+    /// I: the workqueue.
+    pub(crate) wq: Arc<WqShared>,
+    /// I: the pool.
+    pub(crate) pool: Arc<Pool>,
+    /// I: index of its node counter in `wq.nodes`.
+    node: usize,
+    /// P: the pwq lock.
+    state: Mutex<PwqState>,
+}
+
+/// Everything a pwq's lock guards (all P).
+struct PwqState {
+    /// Items waiting for an active slot, FIFO.
+    inactive: VecDeque<Entry>,
+    /// Items in flight by flush generation (inactive, active, running).
+    in_flight: InFlight,
+    /// On its node's pending list.
+    on_pending: bool,
+    /// Ordered workqueues: may not activate until older pwqs are gone.
+    plugged: bool,
+    /// In the current table.
+    current: bool,
+    /// Retired: removed from `wq.pwqs`; queue calls that find it retry.
+    dead: bool,
+}
+
+static NEXT_WQ_ID: AtomicUsize = AtomicUsize::new(1);
+static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(0);
+
+/// Live workqueues, for `stats::all()` and default-scope changes.
+fn registry() -> &'static Mutex<Vec<Weak<WqShared>>> {
+    static WQS: OnceLock<Mutex<Vec<Weak<WqShared>>>> = OnceLock::new();
+    WQS.get_or_init(|| Mutex::new(Vec::new()))
+}
+
+/// Live pools by key, for sharing.
+fn pools() -> &'static Mutex<HashMap<PoolKey, Weak<Pool>>> {
+    static POOLS: OnceLock<Mutex<HashMap<PoolKey, Weak<Pool>>>> = OnceLock::new();
+    POOLS.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// Topologies seen so far, by their description, for pool keys.
+fn topology_id(topology: &Topology) -> u64 {
+    static IDS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
+    let text = format!("{topology:?}");
+    let mut ids = lock(IDS.get_or_init(|| Mutex::new(HashMap::new())));
+    let next = ids.len() as u64;
+    *ids.entry(text).or_insert(next)
+}
+
+pub(crate) fn live_workqueues() -> Vec<Arc<WqShared>> {
+    lock(registry()).iter().filter_map(Weak::upgrade).collect()
+}
+
+/// The process default scope: set by `set_default_scope`, else from
+/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`.
+fn default_cell() -> &'static Mutex<Scope> {
+    static DEFAULT: OnceLock<Mutex<Scope>> = OnceLock::new();
+    DEFAULT.get_or_init(|| Mutex::new(env_default().unwrap_or(Scope::BUILTIN_DEFAULT)))
+}
+
+fn env_default() -> Result<Scope, Error> {
+    let value = std::env::var(podq_topology::DEFAULT_SCOPE_ENV).ok();
+    Ok(Scope::default_from_env_value(value.as_deref())?)
+}
+
+/// The process-wide default affinity scope that workqueues with `Scope::Default`
+/// follow: the last [`set_default_scope`], else `PODQ_DEFAULT_AFFINITY_SCOPE`, else
+/// `cache_shard`. (A bad environment value is reported by [`WorkqueueBuilder::build`]
+/// for workqueues on `Scope::Default`; here it reads as `cache_shard`.)
+pub fn default_scope() -> Scope {
+    *lock(default_cell())
+}
+
+/// Sets the process-wide default scope; every live workqueue on `Scope::Default`
+/// switches to it at once (queued items finish on their old pools). `Default` itself is
+/// refused.
+pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
+    if scope == Scope::Default {
+        return Err(Error::DefaultScope { scope });
+    }
+    static SERIAL: Mutex<()> = Mutex::new(());
+    let _serial = lock(&SERIAL);
+    *lock(default_cell()) = scope;
+    for wq in live_workqueues() {
+        let mut cfg = lock(&wq.config);
+        if cfg.attrs.scope == Scope::Default {
+            let attrs = cfg.attrs.clone();
+            let released = wq.apply(&mut cfg, attrs)?;
+            drop(cfg);
+            drop(released);
+        }
+    }
+    Ok(())
+}
+
+/// Builds a [`Workqueue`]; every setting has the kernel's default.
+#[derive(Clone, Debug)]
+pub struct WorkqueueBuilder {
+    name: String,
+    scope: Scope,
+    strict: bool,
+    cpumask: Option<CpuSet>,
+    max_active: usize,
+    ordered: bool,
+    nice: i32,
+    topology: Option<Topology>,
+    idle_timeout: Duration,
+}
+
+impl WorkqueueBuilder {
+    /// Affinity scope (default: `Scope::Default`, following the process default).
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Confine workers to their pod (default: false).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// CPUs the workqueue may use (default: all usable CPUs of the topology).
+    pub fn cpumask(mut self, mask: CpuSet) -> Self {
+        self.cpumask = Some(mask);
+        self
+    }
+
+    /// System-wide limit of active items, `1..=2048` (default 1024, the kernel's
+    /// `WQ_DFL_ACTIVE`); ignored for ordered workqueues, which run one at a time.
+    pub fn max_active(mut self, n: usize) -> Self {
+        self.max_active = n;
+        self
+    }
+
+    /// One item at a time in queueing order (default: false).
+    pub fn ordered(mut self, ordered: bool) -> Self {
+        self.ordered = ordered;
+        self
+    }
+
+    /// Nice value of the workers, `-20..=19` (default 0; -20 is the kernel's
+    /// `WQ_HIGHPRI`). Negative values need privileges: when the OS refuses, workers run
+    /// at their inherited priority and the pool's `nice_failures` counts it.
+    pub fn nice(mut self, nice: i32) -> Self {
+        self.nice = nice;
+        self
+    }
+
+    /// The machine to place work on (default: the live machine). A topology with CPUs
+    /// that are not real (a synthetic or captured one) is mapped onto the real CPUs
+    /// round-robin.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.topology = Some(topology);
+        self
+    }
+
+    /// How long a surplus idle worker waits before exiting (default 300 s, the kernel's
+    /// `IDLE_WORKER_TIMEOUT`). Part of the pool key: pools are shared only between
+    /// workqueues with equal timeouts.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Builds the workqueue, or says which setting is wrong.
+    pub fn build(self) -> Result<Workqueue, Error> {
+        if self.name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if self.scope == Scope::Default {
+            env_default()?;
+        }
+        let topology = match self.topology {
+            Some(t) => t,
+            None => cpu::live_topology()?,
+        };
+        let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
+        let attrs = Attrs {
+            scope: self.scope,
+            strict: self.strict,
+            cpumask,
+            nice: self.nice,
+            max_active: if self.ordered { 1 } else { self.max_active },
+            ordered: self.ordered,
+        };
+        attrs.validate()?;
+        let node_ids = topology.nodes();
+        let fallback = node_ids.len();
+        let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
+        for (i, &n) in node_ids.iter().enumerate() {
+            node_index[n] = i;
+        }
+        let shared = Arc::new(WqShared {
+            id: NEXT_WQ_ID.fetch_add(1, SeqCst) as u64,
+            name: self.name,
+            ordered: self.ordered,
+            topology_id: topology_id(&topology),
+            cpu_map: CpuMap::new(&topology),
+            topology: Arc::new(topology),
+            idle_timeout: self.idle_timeout,
+            node_index,
+            config: Mutex::new(Config {
+                attrs: attrs.clone(),
+                effective_scope: Scope::BUILTIN_DEFAULT,
+            }),
+            table: ShardedLock::new(Arc::new(Table {
+                cpu_pwq: Vec::new(),
+                dfl: None,
+                unbound: CpuSet::new(),
+            })),
+            pwqs: Mutex::new(Vec::new()),
+            nodes: (0..=fallback).map(|_| NodeActive::new()).collect(),
+            flush: FlushDomain::default(),
+            draining: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+            counters: ItemCounters::default(),
+        });
+        {
+            let mut cfg = lock(&shared.config);
+            shared.apply(&mut cfg, attrs)?;
+        }
+        let mut wqs = lock(registry());
+        wqs.retain(|w| w.strong_count() > 0);
+        wqs.push(Arc::downgrade(&shared));
+        Ok(Workqueue {
+            handle: Arc::new(WqHandle { shared }),
+        })
+    }
+}
+
+impl fmt::Debug for Workqueue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Workqueue")
+            .field("name", &self.name())
+            .field("attrs", &self.attrs())
+            .finish()
+    }
+}
+
+impl Workqueue {
+    /// A builder for a workqueue called `name`.
+    pub fn builder(name: impl Into<String>) -> WorkqueueBuilder {
+        WorkqueueBuilder {
+            name: name.into(),
+            scope: Scope::Default,
+            strict: false,
+            cpumask: None,
+            max_active: policy::WQ_DFL_ACTIVE,
+            ordered: false,
+            nice: 0,
+            topology: None,
+            idle_timeout: policy::IDLE_WORKER_TIMEOUT,
+        }
+    }
+
+    fn shared(&self) -> &Arc<WqShared> {
+        &self.handle.shared
+    }
+
+    /// The name.
+    pub fn name(&self) -> &str {
+        &self.shared().name
+    }
+
+    /// The requested attributes.
+    pub fn attrs(&self) -> Attrs {
+        lock(&self.shared().config).attrs.clone()
+    }
+
+    /// The scope in use, with `Default` resolved.
+    pub fn effective_scope(&self) -> Scope {
+        lock(&self.shared().config).effective_scope
+    }
+
+    /// The topology CPU numbers refer to.
+    pub fn topology(&self) -> &Topology {
+        &self.shared().topology
+    }
+
+    /// Queues `work` on the pod of the calling CPU ([`crate::current_cpu`]), or
+    /// round-robin when that CPU is outside the cpumask. Returns false if it was already
+    /// pending, is being cancelled, or the workqueue is draining and the caller is not
+    /// one of its items (see [`Workqueue::try_queue`] for the reason).
+    pub fn queue(&self, work: &Work) -> bool {
+        self.try_queue(work).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue`], with a draining workqueue reported as an error.
+    pub fn try_queue(&self, work: &Work) -> Result<bool, Error> {
+        self.shared().queue_work(work, None)
+    }
+
+    /// Queues `work` on the pod of `cpu` (it only picks the pod; it does not pin). A CPU
+    /// that is not usable in the topology acts as [`Workqueue::queue`].
+    pub fn queue_on(&self, cpu: usize, work: &Work) -> bool {
+        self.shared().queue_work(work, Some(cpu)).unwrap_or(false)
+    }
+
+    /// Queues `work` on a CPU of NUMA `node`: the calling CPU if it is on the node,
+    /// else the node's first CPU; an unknown node acts as [`Workqueue::queue`].
+    pub fn queue_node(&self, node: usize, work: &Work) -> bool {
+        let topo = &self.shared().topology;
+        let local = cpu::current_cpu();
+        let cpu = policy::select_node_cpu(local, topo.node_of(local), node, &topo.node_cpus(node));
+        self.shared().queue_work(work, cpu).unwrap_or(false)
+    }
+
+    /// Runs `f` once on this workqueue and returns a handle to its result.
+    ///
+    /// # Panics
+    /// If the workqueue is draining and the caller is not one of its items; use
+    /// [`Workqueue::try_spawn`] to get an error instead.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        match self.try_spawn(f) {
+            Ok(handle) => handle,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error.
+    pub fn try_spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> Result<JoinHandle<T>, Error> {
+        let wq = self.shared();
+        wq.check_accepting()?;
+        let (handle, task) = join::pair(f);
+        wq.enqueue(Task::Once(task), None)?;
+        Ok(handle)
+    }
+
+    /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
+    /// was already pending. When the timer fires, the pod is chosen from the CPU the
+    /// timer thread runs on, as the kernel does.
+    pub fn queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        delayed::queue(self.shared(), dwork, delay, None, false)
+    }
+
+    /// As [`Workqueue::queue_delayed`], queueing on the pod of `cpu` when it fires.
+    pub fn queue_delayed_on(&self, cpu: usize, dwork: &DelayedWork, delay: Duration) -> bool {
+        delayed::queue(self.shared(), dwork, delay, Some(cpu), false)
+    }
+
+    /// `mod_delayed_work`: (re)arms `dwork` with `delay` whatever its state; a pending
+    /// instance is replaced. Returns whether one was pending.
+    pub fn mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        delayed::queue(self.shared(), dwork, delay, None, true)
+    }
+
+    /// Waits until every item queued before the call has finished, on current and
+    /// retiring pools alike. Items queued later do not hold it up.
+    pub fn flush(&self) {
+        pool::blocking(|| self.shared().flush());
+    }
+
+    /// Waits until the workqueue is empty. Meanwhile only its own items may queue on it
+    /// (chained work); other queue calls are refused ([`Error::Draining`]).
+    pub fn drain(&self) {
+        pool::blocking(|| self.shared().drain());
+    }
+
+    /// Changes the affinity scope.
+    pub fn set_scope(&self, scope: Scope) -> Result<(), Error> {
+        self.shared().change(|a| a.scope = scope)
+    }
+
+    /// Changes strictness.
+    pub fn set_strict(&self, strict: bool) -> Result<(), Error> {
+        self.shared().change(|a| a.strict = strict)
+    }
+
+    /// Changes the cpumask; one with no usable CPU is refused.
+    pub fn set_cpumask(&self, mask: CpuSet) -> Result<(), Error> {
+        self.shared().change(|a| a.cpumask = mask)
+    }
+
+    /// Changes the nice value of the workers (a new set of pools).
+    pub fn set_nice(&self, nice: i32) -> Result<(), Error> {
+        self.shared().change(|a| a.nice = nice)
+    }
+
+    /// Changes `max_active`; waiting items are activated at once if it rises.
+    /// Refused for ordered workqueues.
+    pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
+        self.shared().set_max_active(n)
+    }
+
+    /// A snapshot of this workqueue's statistics.
+    pub fn stats(&self) -> WorkqueueStats {
+        self.shared().stats_snapshot()
+    }
+}
+
+impl WqShared {
+    /// [`Workqueue::set_max_active`]; also what the control plane calls.
+    fn set_max_active(&self, n: usize) -> Result<(), Error> {
+        let wq = self;
+        if wq.ordered {
+            return Err(Error::Ordered {
+                wq: wq.name.clone(),
+                what: "max_active",
+            });
+        }
+        if !policy::valid_max_active(n) {
+            return Err(Error::InvalidMaxActive { value: n });
+        }
+        let mut cfg = lock(&wq.config);
+        cfg.attrs.max_active = n;
+        let effective = read(&wq.table).unbound.clone();
+        wq.update_node_max(&cfg.attrs, &effective);
+        drop(cfg);
+        for node in &wq.nodes {
+            wq.activate(node);
+        }
+        Ok(())
+    }
+}
+
+impl Drop for WqHandle {
+    fn drop(&mut self) {
+        let wq = &self.shared;
+        if pool::current_wq() != wq.id {
+            wq.drain();
+        }
+        wq.destroyed.store(true, SeqCst);
+        let cancelled = delayed::cancel_for(wq.id);
+        wq.counters.cancelled.add(cancelled);
+        let old = std::mem::replace(
+            &mut *write(&wq.table),
+            Arc::new(Table {
+                cpu_pwq: Vec::new(),
+                dfl: None,
+                unbound: CpuSet::new(),
+            }),
+        );
+        drop(old);
+        let retiring: Vec<Arc<Pwq>> = std::mem::take(&mut *lock(&wq.pwqs));
+        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
+        for pwq in &retiring {
+            let mut st = lock(&pwq.state);
+            st.current = false;
+            st.dead = true;
+        }
+        for node in &wq.nodes {
+            lock(&node.pending).clear();
+        }
+        // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
+        // join them here (never from a worker, and never under a lock).
+        drop(retiring);
+        if pool::current_wq() == 0 {
+            for core in cores {
+                core.join_if_stopped();
+            }
+        }
+        lock(registry())
+            .retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(wq)));
+    }
+}
+
+/// Write access to the table (poisoning ignored, as [`lock`]).
+fn write<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, T> {
+    match l.write() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+/// Read access to the table (poisoning ignored, as [`lock`]).
+fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_, T> {
+    match l.read() {
+        Ok(g) => g,
+        Err(p) => p.into_inner(),
+    }
+}
+
+impl WqShared {
+    fn check_accepting(&self) -> Result<(), Error> {
+        let refused = self.destroyed.load(SeqCst)
+            || (self.draining.load(SeqCst) > 0 && pool::current_wq() != self.id);
+        if refused {
+            Err(Error::Draining {
+                wq: self.name.clone(),
+            })
+        } else {
+            Ok(())
+        }
+    }
+
+    fn queue_work(self: &Arc<Self>, work: &Work, cpu: Option<usize>) -> Result<bool, Error> {
+        self.check_accepting()?;
+        let Some(seq) = work.inner.state.try_pend(false) else {
+            return Ok(false);
+        };
+        let task = Task::Work {
+            work: Arc::clone(&work.inner),
+            seq,
+        };
+        self.enqueue(task, cpu)?;
+        Ok(true)
+    }
+
+    /// Queues a work instance that already owns PENDING (a fired timer). If the
+    /// workqueue is gone, the instance is cancelled and counted.
+    pub(crate) fn enqueue_pending(
+        self: &Arc<Self>,
+        work: Arc<WorkInner>,
+        seq: u32,
+        cpu: Option<usize>,
+    ) {
+        let task = Task::Work { work, seq };
+        if let Err(Task::Work { work, .. }) = self.enqueue_any(task, cpu, true) {
+            if work.state.cancel() {
+                self.counters.cancelled.inc();
+            }
+        }
+    }
+
+    fn enqueue(self: &Arc<Self>, task: Task, cpu: Option<usize>) -> Result<(), Error> {
+        self.enqueue_any(task, cpu, false)
+            .map_err(|_| Error::Draining {
+                wq: self.name.clone(),
+            })
+    }
+
+    /// `__queue_work` from step 2: picks the pwq, counts the item in flight and either
+    /// activates it or parks it on the pwq's inactive list. Gives the task back if the
+    /// workqueue is destroyed (or, unless `from_timer`, draining for this caller).
+    fn enqueue_any(
+        self: &Arc<Self>,
+        task: Task,
+        cpu: Option<usize>,
+        from_timer: bool,
+    ) -> Result<(), Task> {
+        let queued_cpu = cpu::current_cpu();
+        loop {
+            if self.destroyed.load(SeqCst) || (!from_timer && self.check_accepting().is_err()) {
+                return Err(task);
+            }
+            let Some(pwq) = self.pick_pwq(cpu, queued_cpu) else {
+                return Err(task);
+            };
+            let mut st = lock(&pwq.state);
+            if st.dead {
+                // Retired between the table read and the lock: the table has moved on.
+                continue;
+            }
+            let gen = self.flush.current();
+            st.in_flight.add(gen);
+            self.counters.queued.inc();
+            pwq.pool.core.stats.items.queued.inc();
+            let entry = Entry {
+                task,
+                meta: EntryMeta {
+                    pwq: Arc::clone(&pwq),
+                    gen,
+                    queued_cpu,
+                    #[cfg(feature = "stats")]
+                    queued_at: std::time::Instant::now(),
+                },
+            };
+            let node = &self.nodes[pwq.node];
+            let quiet = st.inactive.is_empty() && !st.plugged && !st.on_pending;
+            let slot = quiet && node.try_inc();
+            match policy::admission(st.inactive.is_empty(), st.plugged, st.on_pending, slot) {
+                Admission::Activate => {
+                    drop(st);
+                    pwq.pool.core.push(entry);
+                }
+                Admission::Wait => {
+                    self.counters.max_active_waits.inc();
+                    pwq.pool.core.stats.items.max_active_waits.inc();
+                    st.inactive.push_back(entry);
+                    let join_pending = !st.on_pending && !st.plugged;
+                    if join_pending {
+                        st.on_pending = true;
+                        lock(&node.pending).push_back(Arc::clone(&pwq));
+                    }
+                    drop(st);
+                    if join_pending {
+                        // A slot may have been freed between our failed try and joining
+                        // the pending list; its releaser may not have seen us.
+                        self.activate(node);
+                    }
+                }
+            }
+            return Ok(());
+        }
+    }
+
+    /// The pwq for a queue call: that of `cpu` if usable, else of the selected CPU.
+    fn pick_pwq(&self, cpu: Option<usize>, local: usize) -> Option<Arc<Pwq>> {
+        let table = read(&self.table);
+        let usable = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
+        let cpu = match cpu {
+            Some(c) if usable(c) => c,
+            _ => {
+                let chosen = policy::select_cpu(local, &table.unbound, RR_LAST.with(Cell::get));
+                if chosen != local {
+                    RR_LAST.with(|r| r.set(Some(chosen)));
+                }
+                chosen
+            }
+        };
+        match table.cpu_pwq.get(cpu) {
+            Some(Some(pwq)) => Some(Arc::clone(pwq)),
+            _ => table.dfl.clone(),
+        }
+    }
+
+    /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
+    /// serving pwqs round-robin.
+    fn activate(&self, node: &NodeActive) {
+        loop {
+            let pwq = {
+                let mut pending = lock(&node.pending);
+                if pending.is_empty() || !node.try_inc() {
+                    return;
+                }
+                pending.pop_front().expect("checked non-empty")
+            };
+            let mut st = lock(&pwq.state);
+            let next = if st.plugged {
+                None
+            } else {
+                st.inactive.pop_front()
+            };
+            match next {
+                None => {
+                    st.on_pending = false;
+                    drop(st);
+                    node.nr.fetch_sub(1, SeqCst);
+                }
+                Some(entry) => {
+                    if st.inactive.is_empty() {
+                        st.on_pending = false;
+                    } else {
+                        lock(&node.pending).push_back(Arc::clone(&pwq));
+                    }
+                    drop(st);
+                    pwq.pool.core.push(entry);
+                }
+            }
+        }
+    }
+
+    fn flush(&self) {
+        // Every item queued before this call sits on a pwq that is on the list now (new
+        // pwqs join the list before the table points at them; a pwq leaves it only when
+        // empty), so one snapshot suffices. It is dropped outside the flush lock: it may
+        // hold the last reference to a retired pwq.
+        let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
+        self.flush.flush(|gen| {
+            pwqs.iter()
+                .all(|p| lock(&p.state).in_flight.clear_up_to(gen))
+        });
+    }
+
+    fn drain(&self) {
+        self.draining.fetch_add(1, SeqCst);
+        loop {
+            self.flush();
+            let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
+            if pwqs.iter().all(|p| lock(&p.state).in_flight.is_empty()) {
+                break;
+            }
+        }
+        self.draining.fetch_sub(1, SeqCst);
+    }
+
+    fn change(self: &Arc<Self>, edit: impl FnOnce(&mut Attrs)) -> Result<(), Error> {
+        let mut cfg = lock(&self.config);
+        let mut attrs = cfg.attrs.clone();
+        edit(&mut attrs);
+        let released = self.apply(&mut cfg, attrs)?;
+        drop(cfg);
+        drop(released);
+        Ok(())
+    }
+
+    /// `apply_workqueue_attrs`: prepare everything (errors leave no trace), then commit
+    /// by adding the new pwqs to the flush list, swapping the table, and retiring old
+    /// pwqs that are already empty. Old pwqs keep their items and finish them.
+    ///
+    /// Returns what the change released, for the caller to drop after unlocking
+    /// `config`: dropping the last pwq of a pool stops and joins its workers, which
+    /// must not happen under a lock an item might want.
+    fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
+        // Prepare.
+        attrs.validate()?;
+        let usable = self.topology.usable();
+        let effective = policy::effective_cpumask(&attrs.cpumask, usable).ok_or_else(|| {
+            Error::NoUsableCpu {
+                mask: attrs.cpumask.clone(),
+                usable: usable.clone(),
+            }
+        })?;
+        let scope = attrs.scope.resolve(default_scope());
+        let layout = if self.ordered {
+            None
+        } else {
+            Some(self.topology.pods(scope)?)
+        };
+        let old_table = Arc::clone(&read(&self.table));
+        let mut reuse: HashMap<u64, Arc<Pwq>> = HashMap::new();
+        for pwq in old_table
+            .cpu_pwq
+            .iter()
+            .flatten()
+            .chain(old_table.dfl.iter())
+        {
+            reuse.insert(pwq.pool.core.id, Arc::clone(pwq));
+        }
+        let older_alive = !lock(&self.pwqs).is_empty();
+        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
+        let mut pwq_for = |pod: CpuSet| -> Arc<Pwq> {
+            let pool = self.pool_for(pod, &attrs, &effective);
+            if let Some(p) = reuse.get(&pool.core.id) {
+                return Arc::clone(p);
+            }
+            let node = policy::pool_node(&pool.core.key.pod, |c| self.topology.node_of(c))
+                .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
+            let pwq = Arc::new(Pwq {
+                wq: Arc::clone(self),
+                pool,
+                node,
+                state: Mutex::new(PwqState {
+                    inactive: VecDeque::new(),
+                    in_flight: InFlight::default(),
+                    on_pending: false,
+                    plugged: self.ordered && older_alive,
+                    current: true,
+                    dead: false,
+                }),
+            });
+            reuse.insert(pwq.pool.core.id, Arc::clone(&pwq));
+            fresh.push(Arc::clone(&pwq));
+            pwq
+        };
+        let dfl = pwq_for(effective.clone());
+        let size = usable.last().map_or(0, |c| c + 1);
+        let cpu_pwq: Vec<Option<Arc<Pwq>>> = (0..size)
+            .map(|cpu| {
+                if !usable.contains(cpu) {
+                    return None;
+                }
+                let Some(layout) = &layout else {
+                    return Some(Arc::clone(&dfl));
+                };
+                let pod = layout.pod_of(cpu).map(|p| &layout.pod_cpus[p]);
+                let mask =
+                    pod.map_or_else(|| effective.clone(), |p| policy::pod_cpumask(p, &effective));
+                Some(pwq_for(mask))
+            })
+            .collect();
+        let table = Arc::new(Table {
+            cpu_pwq,
+            dfl: Some(dfl),
+            unbound: effective.clone(),
+        });
+        // Commit.
+        lock(&self.pwqs).extend(fresh.iter().cloned());
+        let old_table = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
+        let mut retired = Vec::new();
+        let in_new = |p: &Arc<Pwq>| {
+            table
+                .cpu_pwq
+                .iter()
+                .flatten()
+                .chain(table.dfl.iter())
+                .any(|q| Arc::ptr_eq(p, q))
+        };
+        {
+            let mut list = lock(&self.pwqs);
+            list.retain(|p| {
+                let mut st = lock(&p.state);
+                st.current = in_new(p);
+                if !st.current && st.in_flight.is_empty() {
+                    st.dead = true;
+                    retired.push(Arc::clone(p));
+                }
+                !st.dead
+            });
+        }
+        cfg.attrs = attrs;
+        cfg.effective_scope = scope;
+        self.update_node_max(&cfg.attrs, &effective);
+        self.unplug_oldest();
+        for node in &self.nodes {
+            self.activate(node);
+        }
+        Ok(Released {
+            _table: old_table,
+            _pwqs: retired,
+        })
+    }
+
+    /// The shared pool for a pod mask under `attrs`, created if none is alive.
+    fn pool_for(&self, pod: CpuSet, attrs: &Attrs, effective: &CpuSet) -> Arc<Pool> {
+        let key = PoolKey {
+            topology: self.topology_id,
+            pod,
+            strict: attrs.strict,
+            nice: attrs.nice,
+            cpumask: (!attrs.strict).then(|| effective.clone()),
+            idle_timeout: self.idle_timeout,
+        };
+        let mut pools = lock(pools());
+        if let Some(pool) = pools.get(&key).and_then(Weak::upgrade) {
+            return pool;
+        }
+        pools.retain(|_, p| p.strong_count() > 0);
+        let id = NEXT_POOL_ID.fetch_add(1, SeqCst) as u64;
+        let pool = Arc::new(Pool::new(
+            id,
+            key.clone(),
+            Arc::clone(&self.topology),
+            &self.cpu_map,
+            self.idle_timeout,
+        ));
+        pools.insert(key, Arc::downgrade(&pool));
+        pool
+    }
+
+    /// `wq_update_node_max_active`.
+    fn update_node_max(&self, attrs: &Attrs, effective: &CpuSet) {
+        let max_active = attrs.max_active;
+        let min_active = policy::min_active(max_active);
+        let total = effective.len();
+        for node in self.topology.nodes() {
+            let cpus = effective.intersection(&self.topology.node_cpus(node)).len();
+            let max = policy::node_max_active(max_active, min_active, cpus, total);
+            self.nodes[self.node_index[node]].max.store(max, SeqCst);
+        }
+        self.nodes[self.nodes.len() - 1]
+            .max
+            .store(max_active, SeqCst);
+    }
+
+    /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
+    fn unplug_oldest(&self) {
+        if !self.ordered {
+            return;
+        }
+        let Some(oldest) = lock(&self.pwqs).first().cloned() else {
+            return;
+        };
+        let mut st = lock(&oldest.state);
+        if !st.plugged {
+            return;
+        }
+        st.plugged = false;
+        let node = &self.nodes[oldest.node];
+        if !st.inactive.is_empty() && !st.on_pending {
+            st.on_pending = true;
+            lock(&node.pending).push_back(Arc::clone(&oldest));
+        }
+        drop(st);
+        self.activate(node);
+    }
+
+    pub(crate) fn stats_snapshot(&self) -> WorkqueueStats {
+        let cfg = lock(&self.config);
+        let (attrs, effective_scope) = (cfg.attrs.clone(), cfg.effective_scope);
+        drop(cfg);
+        let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
+        let mut seen: Vec<u64> = Vec::new();
+        let mut pools = Vec::new();
+        for pwq in &pwqs {
+            let core = &pwq.pool.core;
+            if seen.contains(&core.id) {
+                continue;
+            }
+            seen.push(core.id);
+            let (workers, idle) = core.worker_counts();
+            pools.push(PoolStats {
+                id: core.id,
+                pod_cpus: core.key.pod.to_list(),
+                strict: core.key.strict,
+                nice: core.key.nice,
+                workers,
+                idle,
+                ..PoolStats::from_counters(&core.stats)
+            });
+        }
+        pools.sort_by_key(|p| p.id);
+        WorkqueueStats {
+            name: self.name.clone(),
+            attrs,
+            effective_scope,
+            totals: self.counters.snapshot(),
+            pools,
+        }
+    }
+}
+
+impl Pwq {
+    /// An active item of this pwq finished or was dropped (`pwq_dec_nr_in_flight`):
+    /// frees its slot, lets waiting items in, updates flush generations and retires
+    /// the pwq once it is empty and no longer current.
+    pub(crate) fn complete(self: Arc<Self>, gen: u64) {
+        let wq = Arc::clone(&self.wq);
+        let node = &wq.nodes[self.node];
+        node.nr.fetch_sub(1, SeqCst);
+        wq.activate(node);
+        let mut st = lock(&self.state);
+        let advanced = st.in_flight.remove(gen);
+        let retire = st.in_flight.is_empty() && !st.current && !st.dead;
+        if retire {
+            st.dead = true;
+        }
+        drop(st);
+        if retire {
+            lock(&wq.pwqs).retain(|p| !Arc::ptr_eq(p, &self));
+        }
+        // Drop our reference before waking flushers, so that a flusher tearing the
+        // workqueue down holds the last one and joins the pool's workers itself.
+        drop(self);
+        if retire {
+            wq.unplug_oldest();
+        }
+        if advanced {
+            wq.flush.advanced();
+        }
+    }
+}

@@ -1,0 +1,417 @@
+//! Behaviour of work items, spawn, flush, cancel and drain on the live machine and on
+//! fake topologies.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::Duration;
+
+use podq::testing::fake_topology;
+use podq::{CpuSet, DelayedWork, Error, Scope, Work, Workqueue};
+
+fn counter() -> Arc<AtomicUsize> {
+    Arc::new(AtomicUsize::new(0))
+}
+
+fn quiet_panics() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let msg = info.to_string();
+            if !msg.contains("podq-test-panic") {
+                default(info);
+            }
+        }));
+    });
+}
+
+#[test]
+fn queue_runs_once_and_pending_merges() {
+    let wq = Workqueue::builder("t-merge").build().unwrap();
+    let gate = Arc::new(Barrier::new(2));
+    let runs = counter();
+    let (g, r) = (gate.clone(), runs.clone());
+    let blocker = Work::new(move || {
+        g.wait();
+    });
+    let work = Work::new(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    // Keep the pool busy on an ordered queue so the second queue call sees PENDING.
+    let ordered = Workqueue::builder("t-merge-ordered")
+        .ordered(true)
+        .build()
+        .unwrap();
+    assert!(ordered.queue(&blocker));
+    assert!(ordered.queue(&work));
+    assert!(
+        !ordered.queue(&work),
+        "queueing a pending item returns false"
+    );
+    assert!(work.is_pending());
+    gate.wait();
+    ordered.flush();
+    assert_eq!(runs.load(SeqCst), 1);
+    assert!(!work.is_pending());
+    assert!(wq.queue(&work));
+    wq.flush();
+    assert_eq!(runs.load(SeqCst), 2);
+}
+
+#[test]
+fn requeue_while_running_runs_again_never_concurrently() {
+    let wq = Workqueue::builder("t-reentrant")
+        .scope(Scope::Cpu)
+        .build()
+        .unwrap();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let overlaps = counter();
+    let runs = counter();
+    let (i, o, r) = (inside.clone(), overlaps.clone(), runs.clone());
+    let work = Work::new(move || {
+        if i.fetch_add(1, SeqCst) != 0 {
+            o.fetch_add(1, SeqCst);
+        }
+        std::thread::sleep(Duration::from_micros(200));
+        i.fetch_sub(1, SeqCst);
+        r.fetch_add(1, SeqCst);
+    });
+    let mut accepted = 0;
+    for round in 0..200 {
+        // Queue from every CPU's pod so the second run lands on another pool.
+        if wq.queue_on(round % 2, &work) {
+            accepted += 1;
+        }
+        std::thread::sleep(Duration::from_micros(50));
+    }
+    wq.flush();
+    work.flush();
+    assert_eq!(
+        overlaps.load(SeqCst),
+        0,
+        "an item never runs concurrently with itself"
+    );
+    assert_eq!(runs.load(SeqCst), accepted);
+}
+
+#[test]
+fn spawn_returns_values_and_panics() {
+    quiet_panics();
+    let wq = Workqueue::builder("t-spawn").build().unwrap();
+    let handles: Vec<_> = (0..100).map(|i| wq.spawn(move || i * 2)).collect();
+    for (i, h) in handles.into_iter().enumerate() {
+        assert_eq!(h.join().unwrap(), i * 2);
+    }
+    let bad = wq.spawn(|| -> u8 { panic!("podq-test-panic spawn") });
+    let err = bad.join().unwrap_err();
+    assert!(err.message.contains("podq-test-panic"), "{err}");
+    // The pool goes on after a panic.
+    assert_eq!(wq.spawn(|| 7).join().unwrap(), 7);
+    wq.flush(); // accounting finishes after the result is delivered
+    if cfg!(feature = "stats") {
+        let stats = wq.stats();
+        assert_eq!(stats.totals.panicked, 1);
+        assert_eq!(stats.totals.completed, 102);
+    }
+}
+
+#[test]
+fn join_handle_is_a_future() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::task::{Context, Poll, Wake, Waker};
+
+    struct Flag(AtomicBool, std::thread::Thread);
+    impl Wake for Flag {
+        fn wake(self: Arc<Self>) {
+            self.0.store(true, SeqCst);
+            self.1.unpark();
+        }
+    }
+    let wq = Workqueue::builder("t-future").build().unwrap();
+    let flag = Arc::new(Flag(AtomicBool::new(false), std::thread::current()));
+    let waker = Waker::from(flag.clone());
+    let mut cx = Context::from_waker(&waker);
+    let mut fut = pin!(wq.spawn(|| {
+        std::thread::sleep(Duration::from_millis(5));
+        "async"
+    }));
+    loop {
+        match fut.as_mut().poll(&mut cx) {
+            Poll::Ready(v) => {
+                assert_eq!(v.unwrap(), "async");
+                break;
+            }
+            Poll::Pending => {
+                while !flag.0.swap(false, SeqCst) {
+                    std::thread::park();
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn cancel_sync_beats_self_requeue() {
+    let wq = Workqueue::builder("t-cancel").build().unwrap();
+    let runs = counter();
+    let slot: Arc<Mutex<Option<(Workqueue, Work)>>> = Arc::new(Mutex::new(None));
+    let (r, s) = (runs.clone(), slot.clone());
+    let work = Work::new(move || {
+        r.fetch_add(1, SeqCst);
+        if let Some((wq, me)) = s.lock().unwrap().as_ref() {
+            wq.queue(me);
+        }
+    });
+    *slot.lock().unwrap() = Some((wq.clone(), work.clone()));
+    wq.queue(&work);
+    while runs.load(SeqCst) < 50 {
+        std::thread::yield_now();
+    }
+    work.cancel_sync();
+    assert!(!work.is_pending());
+    let after = runs.load(SeqCst);
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        runs.load(SeqCst),
+        after,
+        "nothing runs after cancel_sync returned"
+    );
+    slot.lock().unwrap().take();
+    // The item is usable again afterwards.
+    assert!(wq.queue(&work));
+    wq.flush();
+    assert_eq!(runs.load(SeqCst), after + 1);
+}
+
+#[test]
+fn cancel_removes_a_pending_item() {
+    let wq = Workqueue::builder("t-cancel-pending")
+        .ordered(true)
+        .build()
+        .unwrap();
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    let blocker = Work::new(move || {
+        g.wait();
+    });
+    let runs = counter();
+    let r = runs.clone();
+    let work = Work::new(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    wq.queue(&blocker);
+    wq.queue(&work);
+    assert!(work.cancel());
+    assert!(!work.cancel());
+    gate.wait();
+    wq.flush();
+    assert_eq!(runs.load(SeqCst), 0);
+    if cfg!(feature = "stats") {
+        assert_eq!(wq.stats().totals.cancelled, 1);
+    }
+}
+
+#[test]
+fn flush_waits_for_everything_before_it() {
+    let wq = Workqueue::builder("t-flush").max_active(3).build().unwrap();
+    let done = counter();
+    for _ in 0..500 {
+        let d = done.clone();
+        wq.spawn(move || {
+            std::thread::sleep(Duration::from_micros(20));
+            d.fetch_add(1, SeqCst);
+        });
+    }
+    wq.flush();
+    assert_eq!(done.load(SeqCst), 500);
+}
+
+#[test]
+fn max_active_is_enforced_in_fifo_order() {
+    let wq = Workqueue::builder("t-max-active")
+        .max_active(2)
+        .build()
+        .unwrap();
+    let running = counter();
+    let peak = counter();
+    let order = Arc::new(Mutex::new(Vec::new()));
+    for i in 0..200 {
+        let (r, p, o) = (running.clone(), peak.clone(), order.clone());
+        wq.spawn(move || {
+            let now = r.fetch_add(1, SeqCst) + 1;
+            p.fetch_max(now, SeqCst);
+            o.lock().unwrap().push(i);
+            std::thread::sleep(Duration::from_micros(50));
+            r.fetch_sub(1, SeqCst);
+        });
+    }
+    wq.flush();
+    assert!(peak.load(SeqCst) <= 2, "peak {}", peak.load(SeqCst));
+    let order = order.lock().unwrap();
+    assert_eq!(order.len(), 200);
+    // Items from one thread on one pod start in FIFO order (a start may be observed a
+    // little out of order only among items active together, at most max_active apart).
+    for (pos, &i) in order.iter().enumerate() {
+        assert!(pos.abs_diff(i) < 2, "item {i} started at {pos}");
+    }
+    if cfg!(feature = "stats") {
+        assert!(wq.stats().totals.max_active_waits > 0);
+    }
+}
+
+#[test]
+fn ordered_runs_one_at_a_time_in_order() {
+    let wq = Workqueue::builder("t-ordered")
+        .ordered(true)
+        .build()
+        .unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let running = counter();
+    for i in 0..300 {
+        let (s, r) = (seen.clone(), running.clone());
+        wq.spawn(move || {
+            assert_eq!(r.fetch_add(1, SeqCst), 0);
+            s.lock().unwrap().push(i);
+            r.fetch_sub(1, SeqCst);
+        });
+    }
+    wq.flush();
+    assert_eq!(*seen.lock().unwrap(), (0..300).collect::<Vec<_>>());
+    assert!(matches!(wq.set_max_active(4), Err(Error::Ordered { .. })));
+}
+
+#[test]
+fn drain_accepts_only_chained_work() {
+    let wq = Workqueue::builder("t-drain").build().unwrap();
+    let chain = counter();
+    let refused = Arc::new(AtomicBool::new(false));
+    let gate = Arc::new(Barrier::new(2));
+    let (c, w2, g) = (chain.clone(), wq.clone(), gate.clone());
+    let work = Arc::new(Mutex::new(None::<Work>));
+    let slot = work.clone();
+    let item = Work::new(move || {
+        g.wait();
+        // Chained: queueing from its own item is accepted while draining.
+        if c.fetch_add(1, SeqCst) < 10 {
+            let me = slot.lock().unwrap().clone().unwrap();
+            assert!(w2.try_queue(&me).unwrap());
+        }
+    });
+    *work.lock().unwrap() = Some(item.clone());
+    wq.queue(&item);
+    let (w3, rf, g2) = (wq.clone(), refused.clone(), gate.clone());
+    let outsider = std::thread::spawn(move || {
+        // Wait until the drain has started, then try from outside.
+        while !matches!(w3.try_queue(&Work::new(|| {})), Err(Error::Draining { .. })) {
+            std::thread::yield_now();
+        }
+        rf.store(true, SeqCst);
+        for _ in 0..11 {
+            g2.wait();
+        }
+    });
+    wq.drain();
+    outsider.join().unwrap();
+    assert!(refused.load(SeqCst));
+    assert_eq!(chain.load(SeqCst), 11);
+    // After draining, queueing works again.
+    assert!(wq.try_spawn(|| ()).is_ok());
+    wq.flush();
+}
+
+#[test]
+fn delayed_work() {
+    let wq = Workqueue::builder("t-delayed").build().unwrap();
+    let runs = counter();
+    let r = runs.clone();
+    let dwork = DelayedWork::new(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    assert!(wq.queue_delayed(&dwork, Duration::from_millis(5)));
+    assert!(!wq.queue_delayed(&dwork, Duration::from_millis(5)));
+    while runs.load(SeqCst) == 0 {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    dwork.flush();
+    assert!(wq.queue_delayed(&dwork, Duration::from_secs(3600)));
+    assert!(dwork.cancel());
+    assert!(!dwork.is_pending());
+    assert!(wq.queue_delayed(&dwork, Duration::from_secs(3600)));
+    assert!(
+        wq.mod_delayed(&dwork, Duration::from_secs(7200)),
+        "was pending"
+    );
+    assert!(dwork.flush(), "flush queues a timer item at once");
+    assert_eq!(runs.load(SeqCst), 2);
+    assert!(!wq.mod_delayed(&dwork, Duration::ZERO));
+    dwork.flush();
+    assert_eq!(runs.load(SeqCst), 3);
+    assert!(wq.queue_delayed(&dwork, Duration::from_secs(3600)));
+    assert!(dwork.cancel_sync());
+    assert_eq!(runs.load(SeqCst), 3);
+}
+
+#[test]
+fn dropping_a_workqueue_cancels_timers_and_finishes_items() {
+    let runs = counter();
+    let dwork = {
+        let r = runs.clone();
+        DelayedWork::new(move || {
+            r.fetch_add(1, SeqCst);
+        })
+    };
+    let wq = Workqueue::builder("t-drop").build().unwrap();
+    for _ in 0..100 {
+        let r = runs.clone();
+        wq.spawn(move || {
+            r.fetch_add(1, SeqCst);
+        });
+    }
+    assert!(wq.queue_delayed(&dwork, Duration::from_secs(3600)));
+    drop(wq);
+    assert_eq!(runs.load(SeqCst), 100, "drop drains");
+    assert!(!dwork.is_pending(), "drop cancels what is on the timer");
+    assert!(!podq::stats::all().iter().any(|s| s.name == "t-drop"));
+}
+
+#[test]
+fn bad_attributes_are_refused_and_change_nothing() {
+    let topo = fake_topology(1, 1, 2, 2);
+    let wq = Workqueue::builder("t-bad").topology(topo).build().unwrap();
+    let before = wq.attrs();
+    assert!(matches!(
+        wq.set_cpumask(CpuSet::new()),
+        Err(Error::EmptyCpumask)
+    ));
+    assert!(matches!(
+        wq.set_cpumask(CpuSet::single(99)),
+        Err(Error::NoUsableCpu { .. })
+    ));
+    assert!(matches!(
+        wq.set_max_active(0),
+        Err(Error::InvalidMaxActive { value: 0 })
+    ));
+    assert!(matches!(
+        wq.set_max_active(5000),
+        Err(Error::InvalidMaxActive { .. })
+    ));
+    assert!(matches!(
+        wq.set_nice(20),
+        Err(Error::InvalidNice { value: 20 })
+    ));
+    assert!(matches!(
+        podq::set_default_scope(Scope::Default),
+        Err(Error::DefaultScope { .. })
+    ));
+    assert_eq!(wq.attrs(), before);
+    assert!(matches!(
+        Workqueue::builder("").build(),
+        Err(Error::EmptyName)
+    ));
+    assert!(matches!(
+        Workqueue::builder("x").max_active(0).build(),
+        Err(Error::InvalidMaxActive { value: 0 })
+    ));
+    assert_eq!(wq.spawn(|| 1).join().unwrap(), 1, "still works");
+}

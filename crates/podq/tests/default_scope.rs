@@ -1,0 +1,54 @@
+//! The process default scope (its own test binary: it changes process-wide state).
+
+use podq::testing::fake_topology;
+use podq::{Error, Scope, Workqueue};
+
+#[test]
+fn default_scope_follows_live_changes() {
+    let topo = fake_topology(2, 1, 2, 1);
+    let follows = Workqueue::builder("d-follows")
+        .topology(topo.clone())
+        .build()
+        .unwrap();
+    let fixed = Workqueue::builder("d-fixed")
+        .topology(topo)
+        .scope(Scope::Cpu)
+        .build()
+        .unwrap();
+    assert_eq!(follows.attrs().scope, Scope::Default);
+    assert_eq!(follows.effective_scope(), podq::default_scope());
+
+    podq::set_default_scope(Scope::Numa).unwrap();
+    assert_eq!(podq::default_scope(), Scope::Numa);
+    assert_eq!(follows.effective_scope(), Scope::Numa);
+    assert_eq!(
+        fixed.effective_scope(),
+        Scope::Cpu,
+        "only `default` queues follow"
+    );
+    let pods: Vec<String> = follows
+        .stats()
+        .pools
+        .iter()
+        .map(|p| p.pod_cpus.clone())
+        .collect();
+    assert!(
+        pods.contains(&"0-1".to_owned()) && pods.contains(&"2-3".to_owned()),
+        "{pods:?}"
+    );
+
+    podq::set_default_scope(Scope::System).unwrap();
+    assert_eq!(follows.effective_scope(), Scope::System);
+    assert_eq!(follows.spawn(|| 3).join().unwrap(), 3);
+    follows.flush();
+
+    assert!(matches!(
+        podq::set_default_scope(Scope::Default),
+        Err(Error::DefaultScope { .. })
+    ));
+    assert_eq!(
+        podq::default_scope(),
+        Scope::System,
+        "a refused change changes nothing"
+    );
+}
