@@ -56,14 +56,18 @@ impl Client {
             what: format!("{what} {}", path.display()),
             source,
         };
-        self.writer
-            .write_all(request.to_line().as_bytes())
-            .map_err(|e| io_err("cannot send a request to", &self.path, e))?;
+        let sent = self.writer.write_all(request.to_line().as_bytes());
         let mut line = String::new();
-        let n = (&mut self.reader)
+        let read = (&mut self.reader)
             .take(MAX_REPLY_BYTES)
-            .read_line(&mut line)
-            .map_err(|e| io_err("no reply from", &self.path, e))?;
+            .read_line(&mut line);
+        // A server that refuses a connection (peer check, connection cap) replies and
+        // closes at once, so the send may fail; its reply is still there to read.
+        let n = match (sent, read) {
+            (_, Ok(n)) if n > 0 => n,
+            (Err(e), _) => return Err(io_err("cannot send a request to", &self.path, e)),
+            (Ok(()), read) => read.map_err(|e| io_err("no reply from", &self.path, e))?,
+        };
         if n == 0 {
             return Err(ControlError::BadReply(format!(
                 "{} closed the connection without replying",
