@@ -284,6 +284,26 @@ fn monitor_prints_tables_and_json_lines() {
     assert_eq!(wq["in_flight"], 2);
     assert_eq!(wq["started_per_s"], 0.0);
     assert!(objects.iter().all(|o| o["timestamp"].as_f64().is_some()));
+
+    // A reader that goes away early ends the monitor quietly.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(["monitor", "--socket", sock, "-i", "0.05", "--count", "50"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]
