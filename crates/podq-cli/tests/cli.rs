@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
-use podq::control::{AttrValue, ControlError, ControlServer, ControlTarget, QueueAttrs, QueueInfo};
+use podq::control::{AttrValue, ControlServer, ControlTarget, QueueAttrs, QueueInfo};
 use podq::topology::{CpuSet, Scope};
 use serde_json::{json, Value};
 
@@ -51,7 +51,7 @@ impl ControlTarget for Target {
         queues
     }
 
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), podq::Error> {
         let mut state = self.state.lock().unwrap();
         let q = state.0.iter_mut().find(|q| q.name == queue).unwrap();
         match value {
@@ -68,12 +68,12 @@ impl ControlTarget for Target {
         self.state.lock().unwrap().1
     }
 
-    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
+    fn set_default_scope(&self, scope: Scope) -> Result<(), podq::Error> {
         self.state.lock().unwrap().1 = scope;
         Ok(())
     }
 
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<Value>, ControlError> {
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<Value>, podq::Error> {
         let pool = json!({
             "started": 40, "completed": 38, "repatriated": 1, "cpu_time_ns": 2_000_000u64,
             "enqueue_lock": { "acquisitions": 40, "contended": 4, "wait_ns": 1 },

@@ -12,28 +12,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::topology::CpuSet;
-
-/// A procfs or sysfs file could not be read or understood.
-#[derive(Debug, thiserror::Error)]
-pub enum ProcfsError {
-    /// The file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The file's content is not in the expected format.
-    #[error("{}: {reason}", path.display())]
-    Malformed {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
-}
+use crate::Error;
 
 /// Scheduler counters of one thread.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -115,15 +94,15 @@ pub fn parse_sched_migrations(text: &str) -> Option<u64> {
     })
 }
 
-fn read(path: &Path) -> Result<String, ProcfsError> {
-    fs::read_to_string(path).map_err(|source| ProcfsError::Io {
+fn read(path: &Path) -> Result<String, Error> {
+    fs::read_to_string(path).map_err(|source| Error::ProcRead {
         path: path.to_owned(),
         source,
     })
 }
 
-fn malformed(path: &Path) -> impl FnOnce(String) -> ProcfsError + '_ {
-    move |reason| ProcfsError::Malformed {
+fn malformed(path: &Path) -> impl FnOnce(String) -> Error + '_ {
+    move |reason| Error::ProcMalformed {
         path: path.to_owned(),
         reason,
     }
@@ -135,12 +114,12 @@ pub fn thread_dir(pid: u32, tid: u32) -> PathBuf {
 }
 
 /// Reads the scheduler counters of thread `tid` of process `pid`.
-pub fn read_thread(pid: u32, tid: u32) -> Result<ThreadSched, ProcfsError> {
+pub fn read_thread(pid: u32, tid: u32) -> Result<ThreadSched, Error> {
     read_thread_at(&thread_dir(pid, tid), tid)
 }
 
 /// Reads the scheduler counters from a task directory (`/proc/<pid>/task/<tid>`).
-pub fn read_thread_at(dir: &Path, tid: u32) -> Result<ThreadSched, ProcfsError> {
+pub fn read_thread_at(dir: &Path, tid: u32) -> Result<ThreadSched, Error> {
     let status_path = dir.join("status");
     let (voluntary, nonvoluntary) =
         parse_status_switches(&read(&status_path)?).map_err(malformed(&status_path))?;
@@ -179,9 +158,9 @@ pub fn read_thread_at(dir: &Path, tid: u32) -> Result<ThreadSched, ProcfsError> 
 
 /// Reads every thread of process `pid`, sorted by tid. Threads that exit while being
 /// read are left out.
-pub fn read_threads(pid: u32) -> Result<Vec<ThreadSched>, ProcfsError> {
+pub fn read_threads(pid: u32) -> Result<Vec<ThreadSched>, Error> {
     let dir = PathBuf::from(format!("/proc/{pid}/task"));
-    let entries = fs::read_dir(&dir).map_err(|source| ProcfsError::Io {
+    let entries = fs::read_dir(&dir).map_err(|source| Error::ProcRead {
         path: dir.clone(),
         source,
     })?;
@@ -344,7 +323,7 @@ pub fn parse_proc_stat(text: &str) -> Result<ProcStat, String> {
 }
 
 /// Reads `/proc/stat`.
-pub fn read_proc_stat() -> Result<ProcStat, ProcfsError> {
+pub fn read_proc_stat() -> Result<ProcStat, Error> {
     let path = Path::new("/proc/stat");
     parse_proc_stat(&read(path)?).map_err(malformed(path))
 }
@@ -352,7 +331,7 @@ pub fn read_proc_stat() -> Result<ProcStat, ProcfsError> {
 /// The CPUs of each NUMA node from `/sys/devices/system/node/node<N>/cpulist`. A
 /// kernel without NUMA support has no such files: then every CPU of `/proc/stat` is
 /// node 0.
-pub fn read_node_cpus(stat: &ProcStat) -> Result<BTreeMap<usize, CpuSet>, ProcfsError> {
+pub fn read_node_cpus(stat: &ProcStat) -> Result<BTreeMap<usize, CpuSet>, Error> {
     let root = Path::new("/sys/devices/system/node");
     let mut nodes = BTreeMap::new();
     if let Ok(entries) = fs::read_dir(root) {

@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use crate::topology::{CpuSet, Scope};
 
-use super::ControlError;
+use crate::Error;
 
 /// The kernel's `WQ_MAX_ACTIVE`: the largest `max_active`; larger writes are clamped.
 pub const MAX_ACTIVE_LIMIT: usize = 2048;
@@ -74,14 +74,14 @@ impl fmt::Display for Attr {
 }
 
 impl FromStr for Attr {
-    type Err = ControlError;
+    type Err = Error;
 
     /// Exact match of the sysfs file name.
-    fn from_str(text: &str) -> Result<Attr, ControlError> {
+    fn from_str(text: &str) -> Result<Attr, Error> {
         Attr::ALL
             .into_iter()
             .find(|a| a.name() == text)
-            .ok_or_else(|| ControlError::UnknownAttr {
+            .ok_or_else(|| Error::UnknownAttr {
                 name: text.to_owned(),
             })
     }
@@ -137,8 +137,8 @@ pub struct QueueAttrs {
 /// Parses a value written to `attr`, with the kernel's rules (see the module docs).
 /// `nr_cpu_ids` (the highest possible CPU plus one) bounds the cpumask, as
 /// `cpumask_parse` does.
-pub fn parse_value(attr: Attr, text: &str, nr_cpu_ids: usize) -> Result<AttrValue, ControlError> {
-    let invalid = |reason: String| ControlError::InvalidValue {
+pub fn parse_value(attr: Attr, text: &str, nr_cpu_ids: usize) -> Result<AttrValue, Error> {
+    let invalid = |reason: String| Error::InvalidValue {
         attr: attr.name(),
         value: text.to_owned(),
         reason,
@@ -178,8 +178,8 @@ pub fn parse_value(attr: Attr, text: &str, nr_cpu_ids: usize) -> Result<AttrValu
 /// Parses a value for the process-wide default scope: a concrete scope name (one
 /// trailing newline accepted); `default` is refused, as the kernel refuses it for
 /// `workqueue.default_affinity_scope`.
-pub fn parse_default_scope(text: &str) -> Result<Scope, ControlError> {
-    Scope::parse_default(text).map_err(|e| ControlError::InvalidValue {
+pub fn parse_default_scope(text: &str) -> Result<Scope, Error> {
+    Scope::parse_default(text).map_err(|e| Error::InvalidValue {
         attr: "default_affinity_scope",
         value: text.to_owned(),
         reason: match e {

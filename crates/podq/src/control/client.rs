@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::protocol::{Reply, Request};
 use super::server::{peer_credentials, PeerCredentials};
-use super::ControlError;
+use crate::Error;
 
 /// The longest reply read (stats of many queues and pools fit easily).
 const MAX_REPLY_BYTES: u64 = 64 << 20;
@@ -22,8 +22,8 @@ pub struct Client {
 
 impl Client {
     /// Connects to the server at `path`; replies are awaited for at most `timeout`.
-    pub fn connect(path: &Path, timeout: Duration) -> Result<Client, ControlError> {
-        let io_err = |what: &str, source| ControlError::Io {
+    pub fn connect(path: &Path, timeout: Duration) -> Result<Client, Error> {
+        let io_err = |what: &str, source| Error::ControlIo {
             what: format!("{what} {}", path.display()),
             source,
         };
@@ -43,16 +43,16 @@ impl Client {
     }
 
     /// The server process's credentials (its pid, to read its threads' stats).
-    pub fn server_credentials(&self) -> Result<PeerCredentials, ControlError> {
-        peer_credentials(&self.writer).map_err(|source| ControlError::Io {
+    pub fn server_credentials(&self) -> Result<PeerCredentials, Error> {
+        peer_credentials(&self.writer).map_err(|source| Error::ControlIo {
             what: format!("cannot read the credentials of {}", self.path.display()),
             source,
         })
     }
 
     /// Sends one request and returns the reply as sent, error replies included.
-    pub fn request(&mut self, request: &Request) -> Result<Reply, ControlError> {
-        let io_err = |what: &str, path: &Path, source| ControlError::Io {
+    pub fn request(&mut self, request: &Request) -> Result<Reply, Error> {
+        let io_err = |what: &str, path: &Path, source| Error::ControlIo {
             what: format!("{what} {}", path.display()),
             source,
         };
@@ -69,7 +69,7 @@ impl Client {
             (Ok(()), read) => read.map_err(|e| io_err("no reply from", &self.path, e))?,
         };
         if n == 0 {
-            return Err(ControlError::BadReply(format!(
+            return Err(Error::BadReply(format!(
                 "{} closed the connection without replying",
                 self.path.display()
             )));
@@ -77,12 +77,12 @@ impl Client {
         Reply::from_line(line.trim_end_matches('\n'))
     }
 
-    /// Sends one request; an error reply becomes [`ControlError::Remote`] with the
+    /// Sends one request; an error reply becomes [`Error::Remote`] with the
     /// server's message.
-    pub fn call(&mut self, request: &Request) -> Result<Reply, ControlError> {
+    pub fn call(&mut self, request: &Request) -> Result<Reply, Error> {
         let reply = self.request(request)?;
         match reply.error_text() {
-            Some(message) => Err(ControlError::Remote(message.to_owned())),
+            Some(message) => Err(Error::Remote(message.to_owned())),
             None => Ok(reply),
         }
     }

@@ -3,8 +3,9 @@
 
 use std::sync::Mutex;
 
-use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
+use super::{AttrValue, ControlTarget, QueueAttrs, QueueInfo};
 use crate::topology::{CpuSet, Scope};
+use crate::Error;
 
 /// Lock-guarded state (L: the mutex).
 struct State {
@@ -62,13 +63,13 @@ impl ControlTarget for MockTarget {
             .collect()
     }
 
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error> {
         let mut state = self.state.lock().unwrap();
         let q = state
             .queues
             .iter_mut()
             .find(|q| q.name == queue)
-            .ok_or_else(|| ControlError::UnknownQueue {
+            .ok_or_else(|| Error::UnknownQueue {
                 name: queue.to_owned(),
             })?;
         let a = &mut q.attrs;
@@ -78,7 +79,7 @@ impl ControlTarget for MockTarget {
             AttrValue::Cpumask(m) => a.cpumask = m,
             AttrValue::MaxActive(m) => a.max_active = m,
             AttrValue::Nice(-7) => {
-                return Err(ControlError::Rejected {
+                return Err(Error::Rejected {
                     what: format!("nice of {queue}"),
                     reason: "the mock refuses -7".into(),
                 })
@@ -92,12 +93,12 @@ impl ControlTarget for MockTarget {
         self.state.lock().unwrap().default_scope
     }
 
-    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
+    fn set_default_scope(&self, scope: Scope) -> Result<(), Error> {
         self.state.lock().unwrap().default_scope = scope;
         Ok(())
     }
 
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, ControlError> {
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error> {
         Ok(self
             .queues()
             .iter()

@@ -17,6 +17,7 @@ mod server;
 use std::sync::Arc;
 
 use crate::topology::Scope;
+use crate::Error;
 
 pub use attr::{Attr, AttrValue, QueueAttrs};
 pub use client::Client;
@@ -28,112 +29,9 @@ pub use server::{
     ControlServerBuilder, PeerCredentials,
 };
 
-/// What went wrong in the control plane. Each variant names the queue, attribute, value
-/// or path at fault; its `Display` text is what an error reply carries.
-#[derive(Debug, thiserror::Error)]
-pub enum ControlError {
-    /// No visible workqueue has this name.
-    #[error("unknown workqueue `{name}`")]
-    UnknownQueue {
-        /// The name asked for.
-        name: String,
-    },
-    /// The attribute name is not one of the sysfs files.
-    #[error(
-        "unknown attribute `{name}` (expected one of affinity_scope, affinity_strict, \
-         cpumask, max_active, nice)"
-    )]
-    UnknownAttr {
-        /// The name asked for.
-        name: String,
-    },
-    /// A live visible workqueue already has this name.
-    #[error("a visible workqueue named `{name}` already exists")]
-    NameTaken {
-        /// The name.
-        name: String,
-    },
-    /// The value cannot be written to the attribute.
-    #[error("invalid value `{value}` for {attr}: {reason}")]
-    InvalidValue {
-        /// The attribute (or `default_affinity_scope`).
-        attr: &'static str,
-        /// The value as written.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The attribute cannot be written on this workqueue.
-    #[error("{attr} of workqueue `{queue}` is read-only: {reason}")]
-    ReadOnly {
-        /// The workqueue.
-        queue: String,
-        /// The attribute.
-        attr: Attr,
-        /// Why.
-        reason: &'static str,
-    },
-    /// The runtime refused a change that parsed fine.
-    #[error("cannot set {what}: {reason}")]
-    Rejected {
-        /// What was being changed (`affinity_scope of rpciod`).
-        what: String,
-        /// The runtime's reason.
-        reason: String,
-    },
-    /// A request line is not valid protocol JSON.
-    #[error("malformed request: {0}")]
-    BadRequest(String),
-    /// A request line is longer than the limit.
-    #[error("request larger than {limit} bytes")]
-    TooLarge {
-        /// The limit, [`MAX_REQUEST_BYTES`].
-        limit: usize,
-    },
-    /// The server already serves as many connections as it may.
-    #[error("too many connections (limit {limit})")]
-    Busy {
-        /// The connection cap.
-        limit: usize,
-    },
-    /// The connecting process may not use this server.
-    #[error(
-        "permission denied: peer uid {peer_uid} is neither the server's uid {server_uid} nor root"
-    )]
-    PeerRefused {
-        /// The server's effective uid.
-        server_uid: u32,
-        /// The peer's uid.
-        peer_uid: u32,
-    },
-    /// The server replied with an error.
-    #[error("{0}")]
-    Remote(String),
-    /// The reply could not be understood.
-    #[error("bad reply from the control server: {0}")]
-    BadReply(String),
-    /// A socket or file operation failed.
-    #[error("{what}: {source}")]
-    Io {
-        /// What was being done, naming the path.
-        what: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The socket path or its directory is unusable.
-    #[error("control socket {path}: {reason}")]
-    SocketPath {
-        /// The path.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-}
-
 /// Starts the control server on the default socket path (see the README), serving the
 /// workqueues in [`Registry::global`] and `defaults` for the process default scope.
-pub fn start_with<D: DefaultScope + 'static>(defaults: D) -> Result<ControlServer, ControlError> {
+pub fn start_with<D: DefaultScope + 'static>(defaults: D) -> Result<ControlServer, Error> {
     ControlServer::builder().build(Arc::new(RegistryTarget::new(
         Arc::clone(Registry::global()),
         defaults,
@@ -164,20 +62,20 @@ pub trait ControlTarget: Send + Sync {
         self.queues().into_iter().find(|q| q.name == name)
     }
 
-    /// Applies one attribute to a workqueue. Errors: [`ControlError::UnknownQueue`],
-    /// [`ControlError::Rejected`] with the runtime's reason.
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError>;
+    /// Applies one attribute to a workqueue. Errors: [`Error::UnknownQueue`],
+    /// [`Error::Rejected`] with the runtime's reason.
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error>;
 
     /// The process-wide default scope (never `Default`).
     fn default_scope(&self) -> Scope;
 
     /// Changes the process-wide default scope; workqueues on `default` follow it.
     /// `scope` is never `Default` (the server refuses it before calling).
-    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError>;
+    fn set_default_scope(&self, scope: Scope) -> Result<(), Error>;
 
     /// Stats snapshots as JSON objects, each with at least a `name`: of every visible
     /// workqueue, or of the one named.
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, ControlError>;
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error>;
 }
 
 /// Answers one request against `target`. Never panics on any request; every failure is
@@ -189,13 +87,11 @@ pub fn dispatch(target: &dyn ControlTarget, request: Request) -> Reply {
     }
 }
 
-fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, ControlError> {
+fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, Error> {
     let find = |name: &str| {
-        target
-            .queue(name)
-            .ok_or_else(|| ControlError::UnknownQueue {
-                name: name.to_owned(),
-            })
+        target.queue(name).ok_or_else(|| Error::UnknownQueue {
+            name: name.to_owned(),
+        })
     };
     match request {
         Request::List => Ok(Reply::queues(
@@ -215,7 +111,7 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             let info = find(&queue)?;
             let parsed = attr::parse_value(attr, &value, info.nr_cpu_ids)?;
             if attr == Attr::MaxActive && info.attrs.ordered {
-                return Err(ControlError::ReadOnly {
+                return Err(Error::ReadOnly {
                     queue,
                     attr,
                     reason: "the workqueue is ordered",

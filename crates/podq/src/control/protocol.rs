@@ -6,7 +6,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::attr::{self, Attr};
-use super::{ControlError, QueueInfo};
+use super::QueueInfo;
+use crate::Error;
 
 /// The longest request line accepted, without its newline. Requests are a few dozen
 /// bytes; the bound keeps a misbehaving client from making the server buffer without end.
@@ -179,19 +180,19 @@ impl Reply {
     }
 
     /// Parses a reply line.
-    pub fn from_line(line: &str) -> Result<Reply, ControlError> {
-        serde_json::from_str(line).map_err(|e| ControlError::BadReply(format!("{e}: `{line}`")))
+    pub fn from_line(line: &str) -> Result<Reply, Error> {
+        serde_json::from_str(line).map_err(|e| Error::BadReply(format!("{e}: `{line}`")))
     }
 }
 
 /// Parses one request line (without its newline).
-pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
+pub fn parse_request(line: &[u8]) -> Result<Request, Error> {
     if line.len() > MAX_REQUEST_BYTES {
-        return Err(ControlError::TooLarge {
+        return Err(Error::TooLarge {
             limit: MAX_REQUEST_BYTES,
         });
     }
-    let bad = |reason: String| ControlError::BadRequest(reason);
+    let bad = |reason: String| Error::BadRequest(reason);
     let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| bad(e.to_string()))?;
     let object = value
         .as_object()
@@ -382,10 +383,7 @@ mod tests {
             );
         }
         let big = vec![b' '; MAX_REQUEST_BYTES + 1];
-        assert!(matches!(
-            parse_request(&big),
-            Err(ControlError::TooLarge { .. })
-        ));
+        assert!(matches!(parse_request(&big), Err(Error::TooLarge { .. })));
     }
 
     #[test]

@@ -8,8 +8,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
+use super::{AttrValue, ControlTarget, QueueAttrs, QueueInfo};
 use crate::topology::Scope;
+use crate::Error;
 
 /// A workqueue as the control plane drives it; the runtime implements this for its
 /// shared workqueue state.
@@ -18,8 +19,8 @@ pub trait ControlledQueue: Send + Sync {
     fn attrs(&self) -> QueueAttrs;
     /// The highest possible CPU of the queue's topology plus one.
     fn nr_cpu_ids(&self) -> usize;
-    /// Applies one attribute; a refusal is [`ControlError::Rejected`] with the reason.
-    fn apply(&self, value: AttrValue) -> Result<(), ControlError>;
+    /// Applies one attribute; a refusal is [`Error::Rejected`] with the reason.
+    fn apply(&self, value: AttrValue) -> Result<(), Error>;
     /// The stats snapshot as a JSON object with a `name`.
     fn stats(&self) -> serde_json::Value;
 }
@@ -29,7 +30,7 @@ pub trait DefaultScope: Send + Sync {
     /// The current default (never `Default`).
     fn get(&self) -> Scope;
     /// Changes it; queues on `default` follow.
-    fn set(&self, scope: Scope) -> Result<(), ControlError>;
+    fn set(&self, scope: Scope) -> Result<(), Error>;
 }
 
 /// The visible workqueues of a process, by name.
@@ -57,15 +58,11 @@ impl Registry {
     /// Makes `queue` visible as `name`. A live queue already holding the name keeps it
     /// and this one is refused, as the kernel refuses a second `WQ_SYSFS` device of the
     /// same name.
-    pub fn register(
-        &self,
-        name: &str,
-        queue: Weak<dyn ControlledQueue>,
-    ) -> Result<(), ControlError> {
+    pub fn register(&self, name: &str, queue: Weak<dyn ControlledQueue>) -> Result<(), Error> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.retain(|_, q| q.strong_count() > 0);
         if entries.contains_key(name) {
-            return Err(ControlError::NameTaken {
+            return Err(Error::NameTaken {
                 name: name.to_owned(),
             });
         }
@@ -91,13 +88,13 @@ impl Registry {
             .collect()
     }
 
-    fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, ControlError> {
+    fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, Error> {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(name)
             .and_then(Weak::upgrade)
-            .ok_or_else(|| ControlError::UnknownQueue {
+            .ok_or_else(|| Error::UnknownQueue {
                 name: name.to_owned(),
             })
     }
@@ -139,7 +136,7 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
         Some(info(name.to_owned(), &*q))
     }
 
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error> {
         self.registry.get(queue)?.apply(value)
     }
 
@@ -147,11 +144,11 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
         self.defaults.get()
     }
 
-    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
+    fn set_default_scope(&self, scope: Scope) -> Result<(), Error> {
         self.defaults.set(scope)
     }
 
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, ControlError> {
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error> {
         match queue {
             Some(name) => Ok(vec![self.registry.get(name)?.stats()]),
             None => Ok(self
@@ -183,11 +180,11 @@ mod tests {
         fn nr_cpu_ids(&self) -> usize {
             16
         }
-        fn apply(&self, value: AttrValue) -> Result<(), ControlError> {
+        fn apply(&self, value: AttrValue) -> Result<(), Error> {
             match value {
                 AttrValue::Nice(n) => self.attrs.lock().unwrap().nice = n,
                 other => {
-                    return Err(ControlError::Rejected {
+                    return Err(Error::Rejected {
                         what: format!("{} of {}", other.attr(), self.name),
                         reason: "the fake only changes nice".into(),
                     })
@@ -206,8 +203,8 @@ mod tests {
         fn get(&self) -> Scope {
             Scope::Numa
         }
-        fn set(&self, scope: Scope) -> Result<(), ControlError> {
-            Err(ControlError::Rejected {
+        fn set(&self, scope: Scope) -> Result<(), Error> {
+            Err(Error::Rejected {
                 what: "the default scope".into(),
                 reason: format!("fixed, not {scope}"),
             })

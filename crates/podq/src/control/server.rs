@@ -21,7 +21,8 @@ use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
 use super::protocol::{self, Frame, LineFramer, Reply, MAX_REQUEST_BYTES};
-use super::{dispatch, ControlError, ControlTarget};
+use super::{dispatch, ControlTarget};
+use crate::Error;
 
 /// The socket's mode: owner read/write only.
 const SOCKET_MODE: u32 = 0o600;
@@ -121,8 +122,8 @@ pub fn socket_candidates_for_pid(pid: u32) -> Vec<PathBuf> {
 /// Creates `dir` with mode 0700 if missing, and checks that it is a real directory owned
 /// by this uid and closed to everyone else — a directory under `/tmp` could otherwise
 /// have been planted by another user.
-fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
-    let bad = |reason: String| ControlError::SocketPath {
+fn ensure_private_dir(dir: &Path) -> Result<(), Error> {
+    let bad = |reason: String| Error::SocketPath {
         path: dir.display().to_string(),
         reason,
     };
@@ -130,13 +131,13 @@ fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
         Err(source) => {
-            return Err(ControlError::Io {
+            return Err(Error::ControlIo {
                 what: format!("cannot create {}", dir.display()),
                 source,
             })
         }
     }
-    let meta = fs::symlink_metadata(dir).map_err(|source| ControlError::Io {
+    let meta = fs::symlink_metadata(dir).map_err(|source| Error::ControlIo {
         what: format!("cannot inspect {}", dir.display()),
         source,
     })?;
@@ -160,12 +161,12 @@ fn ensure_private_dir(dir: &Path) -> Result<(), ControlError> {
 }
 
 /// Binds `path`, replacing a stale socket left by a dead process, and sets `mode`.
-fn bind(path: &Path, mode: u32) -> Result<UnixListener, ControlError> {
-    let bad = |reason: &str| ControlError::SocketPath {
+fn bind(path: &Path, mode: u32) -> Result<UnixListener, Error> {
+    let bad = |reason: &str| Error::SocketPath {
         path: path.display().to_string(),
         reason: reason.to_owned(),
     };
-    let io_err = |what: &str, source| ControlError::Io {
+    let io_err = |what: &str, source| Error::ControlIo {
         what: format!("{what} {}", path.display()),
         source,
     };
@@ -256,8 +257,8 @@ impl ControlServerBuilder {
     }
 
     /// Binds the socket and starts serving `target`.
-    pub fn build(self, target: Arc<dyn ControlTarget>) -> Result<ControlServer, ControlError> {
-        let invalid = |what: &str| ControlError::InvalidValue {
+    pub fn build(self, target: Arc<dyn ControlTarget>) -> Result<ControlServer, Error> {
+        let invalid = |what: &str| Error::InvalidValue {
             attr: "control server setting",
             value: what.to_owned(),
             reason: "must be greater than 0".to_owned(),
@@ -296,7 +297,7 @@ impl ControlServerBuilder {
         let accept = thread::Builder::new()
             .name("podq-control".into())
             .spawn(move || accept_loop(&listener, &accept_shared))
-            .map_err(|source| ControlError::Io {
+            .map_err(|source| Error::ControlIo {
                 what: "cannot start the control server thread".into(),
                 source,
             })?;
@@ -448,13 +449,13 @@ fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
 }
 
 /// Checks the peer and takes a connection slot.
-fn admit(shared: &Shared, stream: &UnixStream) -> Result<(), ControlError> {
-    let cred = peer_credentials(stream).map_err(|source| ControlError::Io {
+fn admit(shared: &Shared, stream: &UnixStream) -> Result<(), Error> {
+    let cred = peer_credentials(stream).map_err(|source| Error::ControlIo {
         what: "cannot read the peer's credentials".into(),
         source,
     })?;
     if !peer_allowed(shared.server_uid, cred.uid) {
-        return Err(ControlError::PeerRefused {
+        return Err(Error::PeerRefused {
             server_uid: shared.server_uid,
             peer_uid: cred.uid,
         });
@@ -462,7 +463,7 @@ fn admit(shared: &Shared, stream: &UnixStream) -> Result<(), ControlError> {
     let taken = shared.connections.fetch_add(1, Ordering::Relaxed);
     if taken >= shared.max_connections {
         shared.connections.fetch_sub(1, Ordering::Relaxed);
-        return Err(ControlError::Busy {
+        return Err(Error::Busy {
             limit: shared.max_connections,
         });
     }
@@ -541,7 +542,7 @@ fn serve(shared: &Shared, mut stream: UnixStream) {
 fn answer(shared: &Shared, stream: &mut UnixStream, frame: Frame) -> io::Result<()> {
     let reply = match frame {
         Frame::TooLong => Reply::error(
-            ControlError::TooLarge {
+            Error::TooLarge {
                 limit: MAX_REQUEST_BYTES,
             }
             .to_string(),

@@ -6,13 +6,14 @@
 use std::sync::{Arc, Weak};
 
 use super::{lock, WqHandle};
-use crate::control::{AttrValue, ControlError, ControlledQueue, QueueAttrs, Registry};
+use crate::control::{AttrValue, ControlledQueue, QueueAttrs, Registry};
+use crate::Error;
 use crate::Workqueue;
 
 impl Workqueue {
     /// Makes this workqueue visible to the control server under its name, like the
     /// kernel's `WQ_SYSFS` flag. Refused if a live visible workqueue has the name.
-    pub fn expose(&self) -> Result<(), ControlError> {
+    pub fn expose(&self) -> Result<(), Error> {
         let handle: Weak<dyn ControlledQueue> = Arc::downgrade(&self.handle) as Weak<_>;
         Registry::global().register(self.name(), handle)
     }
@@ -42,7 +43,7 @@ impl ControlledQueue for WqHandle {
         self.shared.topology.possible().last().map_or(1, |c| c + 1)
     }
 
-    fn apply(&self, value: AttrValue) -> Result<(), ControlError> {
+    fn apply(&self, value: AttrValue) -> Result<(), Error> {
         let wq = &self.shared;
         let attr = value.attr();
         let result = match value {
@@ -52,7 +53,7 @@ impl ControlledQueue for WqHandle {
             AttrValue::Nice(nice) => wq.change(|a| a.nice = nice),
             AttrValue::MaxActive(n) => wq.set_max_active(n),
         };
-        result.map_err(|e| ControlError::Rejected {
+        result.map_err(|e| Error::Rejected {
             what: format!("{attr} of {}", wq.name),
             reason: e.to_string(),
         })
