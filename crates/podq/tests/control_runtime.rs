@@ -122,6 +122,16 @@ fn control_drives_real_workqueues() {
         assert_eq!(stats["totals"]["completed"], 5);
     }
 
+    // Hidden, then visible again.
+    rpciod.hide();
+    let visible = |client: &mut Client, name: &str| {
+        let list = client.call(&Request::List).unwrap().queues.unwrap();
+        list.iter().any(|q| q.name == name)
+    };
+    assert!(!visible(&mut client, "rt_rpciod"));
+    rpciod.expose().unwrap();
+    assert!(visible(&mut client, "rt_rpciod"));
+
     // A dropped queue disappears.
     drop(nfsiod);
     let list = client.call(&Request::List).unwrap().queues.unwrap();
