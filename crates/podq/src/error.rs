@@ -130,7 +130,7 @@ pub enum Error {
     /// A request line is longer than the limit.
     #[error("request larger than {limit} bytes")]
     TooLarge {
-        /// The limit, [`MAX_REQUEST_BYTES`].
+        /// The limit, [`crate::control::MAX_REQUEST_BYTES`].
         limit: usize,
     },
     /// The server already serves as many connections as it may.
