@@ -424,14 +424,16 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         out.push_str(&latency_table(&latency, args.think));
         if args.workload == Workload::Latency {
             for r in &latency {
-                out.push_str(&format!("\n{} {}:\n", r.system, label(r)));
-                out.push_str(&report::fio_clat("clat", &r.latency_ns));
-                if let Some(slat) = &r.submit_ns {
-                    out.push_str(&format!(
-                        "    slat (nsec): avg={:.0}, stdev={:.0}\n",
-                        slat.mean, slat.stdev
-                    ));
+                let config = label(r);
+                if config == "-" {
+                    out.push_str(&format!("\n{}:\n", r.system));
+                } else {
+                    out.push_str(&format!("\n{} {config}:\n", r.system));
                 }
+                if let Some(slat) = &r.submit_ns {
+                    out.push_str(&report::fio_summary("slat", slat));
+                }
+                out.push_str(&report::fio_clat("clat", &r.latency_ns));
             }
         }
     }

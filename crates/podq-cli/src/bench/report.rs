@@ -223,19 +223,22 @@ fn fio_unit(max_ns: u64) -> (&'static str, u64) {
     }
 }
 
-/// The `clat` block fio prints: min/max/avg/stdev and the percentile table.
-pub fn fio_clat(name: &str, s: &LatencySummary) -> String {
-    let mut out = String::new();
+/// fio's summary line: `    slat (usec): min=.., max=.., avg=.., stdev=..`.
+pub fn fio_summary(name: &str, s: &LatencySummary) -> String {
     let (unit, div) = fio_unit(s.max);
     let d = div as f64;
-    let _ = writeln!(
-        out,
-        "    {name} ({unit}): min={}, max={}, avg={:.2}, stdev={:.2}",
+    format!(
+        "    {name} ({unit}): min={}, max={}, avg={:.2}, stdev={:.2}\n",
         s.min / div,
         s.max / div,
         s.mean / d,
         s.stdev / d
-    );
+    )
+}
+
+/// The `clat` block fio prints: min/max/avg/stdev and the percentile table.
+pub fn fio_clat(name: &str, s: &LatencySummary) -> String {
+    let mut out = fio_summary(name, s);
     let largest = s.percentiles.last().map_or(0, |&(_, v)| v);
     let (unit, div) = fio_unit(largest);
     let _ = writeln!(out, "     {name} percentiles ({unit}):");
