@@ -441,6 +441,68 @@ mod tests {
         assert!(lines[2].ends_with(" 1.0 M"));
     }
 
+    fn result(
+        test: &'static str,
+        system: &str,
+        scope: Option<Scope>,
+        rate: f64,
+        p50: u64,
+    ) -> RunResult {
+        let mut h = new_histogram();
+        record(&mut h, p50);
+        RunResult {
+            test,
+            system: system.to_owned(),
+            scope,
+            strict: scope.map(|_| false),
+            segment: None,
+            producers: 1,
+            items: 1,
+            seconds: 1.0,
+            items_per_sec: rate,
+            latency_ns: LatencySummary::of(&h),
+            submit_ns: None,
+            completion: None,
+            pool_locks: None,
+            histogram: h,
+        }
+    }
+
+    #[test]
+    fn ratios_compare_podqs_best_with_each_peer() {
+        let results = vec![
+            result("queue", "podq", Some(Scope::Cpu), 900.0, 1),
+            result("queue", "podq", Some(Scope::System), 300.0, 1),
+            result("queue", "rayon", None, 600.0, 1),
+            result("queue", "crossbeam-channel", None, 450.0, 1),
+            result("latency", "podq", Some(Scope::Smt), 1.0, 4_000),
+            result("latency", "podq", Some(Scope::Cache), 1.0, 9_000),
+            result("latency", "rayon", None, 1.0, 8_000),
+        ];
+        let r = ratios(&results);
+        let queue: Vec<&Ratio> = r.iter().filter(|x| x.metric == "items_per_sec").collect();
+        assert_eq!(queue.len(), 2);
+        assert!(queue
+            .iter()
+            .all(|x| x.podq_config == "cpu" && x.podq == 900.0));
+        let rayon = queue.iter().find(|x| x.peer == "rayon").unwrap();
+        assert!(rayon.best_peer);
+        assert!((rayon.ratio - 1.5).abs() < 1e-9);
+        assert!(
+            !queue
+                .iter()
+                .find(|x| x.peer == "crossbeam-channel")
+                .unwrap()
+                .best_peer
+        );
+        // Lower is better for latency: podq's best p50 is smt's.
+        let p50 = r.iter().find(|x| x.metric == "p50_ns").unwrap();
+        assert_eq!(p50.podq_config, "smt");
+        assert!(p50.best_peer && p50.ratio < 0.6, "{p50:?}");
+        // No podq result: no ratios.
+        assert!(ratios(&results[2..4]).is_empty());
+    }
+
     #[test]
     fn human_units() {
         assert_eq!(human_ns(850.0), "850 ns");
