@@ -170,32 +170,45 @@ type PinPlan = Vec<(usize, usize)>;
 impl ChannelPool {
     fn new(name: &'static str, threads: usize, pins: Option<PinPlan>) -> Result<ChannelPool> {
         let (sender, receiver) = unbounded::<Task>();
-        let mut workers = Vec::with_capacity(threads);
+        // Each worker reports whether it could be pinned before serving.
+        let (ready_tx, ready_rx) = unbounded::<Result<()>>();
+        let mut pool = ChannelPool {
+            name,
+            sender: Some(sender),
+            workers: Vec::with_capacity(threads),
+        };
         for i in 0..threads {
             let receiver = receiver.clone();
+            let ready = ready_tx.clone();
             let pin = pins.as_ref().map(|p| p[i]);
             let worker = std::thread::Builder::new()
                 .name(format!("bench-{name}-{i}"))
                 .spawn(move || {
-                    if let Some((real, vcpu)) = pin {
-                        // A worker that cannot be pinned still serves: the run then
-                        // measures an unpinned pool, which the placement check reports.
-                        if placement::pin_to_real(&[real]).is_ok() {
-                            placement::set_current_vcpu(Some(vcpu));
-                        }
+                    let pinned = pin.map_or(Ok(()), |(real, vcpu)| {
+                        placement::pin_to_real(&[real])
+                            .map(|()| placement::set_current_vcpu(Some(vcpu)))
+                    });
+                    let failed = pinned.is_err();
+                    // The pool waits for this report, so the receiver is alive.
+                    let _ = ready.send(pinned);
+                    if failed {
+                        return;
                     }
                     for task in receiver {
                         task();
                     }
                 })
                 .with_context(|| format!("starting a {name} worker"))?;
-            workers.push(worker);
+            pool.workers.push(worker);
         }
-        Ok(ChannelPool {
-            name,
-            sender: Some(sender),
-            workers,
-        })
+        for _ in 0..threads {
+            // Dropping `pool` on an error stops and joins the workers already started.
+            ready_rx
+                .recv()
+                .context("a pool worker exited before reporting")?
+                .with_context(|| format!("pinning a {name} worker"))?;
+        }
+        Ok(pool)
     }
 
     fn sender(&self) -> Sender<Task> {
