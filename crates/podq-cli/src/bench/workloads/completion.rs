@@ -196,7 +196,7 @@ pub fn run(
             context_switches: context_switches()?,
         })
     };
-    let (marks, histograms) = std::thread::scope(|s| -> Result<_> {
+    let (segment_marks, histograms) = std::thread::scope(|s| -> Result<_> {
         let handles: Vec<_> = params
             .producer_cpus
             .iter()
@@ -217,10 +217,14 @@ pub fn run(
                 s.spawn(move || producer(&ctx, vcpu))
             })
             .collect();
-        // The first mark is taken before the producers are released, so no
-        // completion falls before it.
-        let mut marks = Vec::with_capacity(segments + 1);
-        let mut outcome = snapshot().map(|snap| marks.push(snap));
+        // Each segment is measured from its own start mark to its own end mark. The
+        // first start is taken before the producers are released, so no completion
+        // falls before it; at a toggle the old segment ends before the scope changes
+        // and the new one starts after, so pools the change brings in are counted
+        // from their state at the change, not with the history of their other users.
+        let mut starts = Vec::with_capacity(segments);
+        let mut ends = Vec::with_capacity(segments);
+        let mut outcome = snapshot().map(|snap| starts.push(snap));
         if outcome.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
@@ -230,10 +234,11 @@ pub fn run(
                 break;
             }
             if index > 0 {
+                outcome = snapshot().map(|snap| ends.push(snap));
                 if let Some(&scope) = scope {
-                    outcome = rpciod.set_scope(scope);
+                    outcome = outcome.and_then(|()| rpciod.set_scope(scope));
                 }
-                outcome = outcome.and_then(|()| snapshot().map(|snap| marks.push(snap)));
+                outcome = outcome.and_then(|()| snapshot().map(|snap| starts.push(snap)));
                 if outcome.is_err() {
                     break;
                 }
@@ -260,16 +265,15 @@ pub fn run(
             }
         }
         outcome?;
-        marks.push(end?);
-        Ok((marks, histograms))
+        ends.push(end?);
+        Ok((starts.into_iter().zip(ends).collect::<Vec<_>>(), histograms))
     })?;
     let fake = map.is_fake();
-    Ok(marks
-        .windows(2)
+    Ok(segment_marks
+        .iter()
         .zip(histograms)
         .enumerate()
-        .map(|(index, (pair, latency))| {
-            let (a, b) = (&pair[0], &pair[1]);
+        .map(|(index, ((a, b), latency))| {
             let seconds = (b.at - a.at).as_secs_f64();
             let items = b.completed - a.completed;
             let idle_per_cpu = idle_shares(&a.cpu_times, &b.cpu_times);
