@@ -22,8 +22,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::policy::Locality as Place;
+use crate::sync::{Mutex, MutexGuard};
 use crate::Attrs;
-use std::sync::{Mutex, MutexGuard};
 
 /// A monotonic event counter.
 #[derive(Default, Debug)]
@@ -95,13 +95,13 @@ impl LockCounters {
                 return guard;
             }
             let start = Instant::now();
-            let guard = crate::sync::lock_std(mutex);
+            let guard = crate::sync::lock(mutex);
             self.contended.inc();
             self.wait_ns.add(elapsed_ns(start));
             guard
         }
         #[cfg(not(feature = "stats"))]
-        crate::sync::lock_std(mutex)
+        crate::sync::lock(mutex)
     }
 
     fn snapshot(&self) -> LockStats {
