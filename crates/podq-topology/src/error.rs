@@ -38,9 +38,18 @@ pub enum Error {
         /// What is wrong with its value.
         reason: String,
     },
-    /// A file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    /// A file could not be read (the cause is the error's `source()`).
+    #[error("cannot read {}", path.display())]
     Io {
+        /// The file.
+        path: PathBuf,
+        /// The underlying error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A file could not be written (the cause is the error's `source()`).
+    #[error("cannot write {}", path.display())]
+    Write {
         /// The file.
         path: PathBuf,
         /// The underlying error.

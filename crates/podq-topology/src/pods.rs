@@ -31,23 +31,20 @@ impl PodLayout {
                     reason: "`default` must be resolved to a concrete scope first".to_owned(),
                 })
             }
-            Scope::Cpu => generic(topology, scope, |_, _| false),
-            Scope::Smt => generic(topology, scope, |cur, pre| {
-                topology.facts(pre).smt.contains(cur)
-            }),
-            Scope::Cache => generic(topology, scope, |cur, pre| llc_id(cur) == llc_id(pre)),
+            Scope::Cpu => generic(topology, scope, &vec![None; table_len(usable)]),
+            Scope::Smt => generic(topology, scope, &first_smt_sharer(topology)),
+            Scope::Cache => generic(topology, scope, &first_with_same_key(usable, llc_id)),
             Scope::CacheShard => {
                 let shard_id = cache_shard_ids(topology)?;
-                generic(topology, scope, |cur, pre| {
-                    llc_id(cur) == llc_id(pre) && shard_id[cur] == shard_id[pre]
-                })
+                let key = |c: usize| (llc_id(c), shard_id[c]);
+                generic(topology, scope, &first_with_same_key(usable, key))
             }
-            Scope::Numa => generic(topology, scope, |cur, pre| {
-                topology.facts(cur).node == topology.facts(pre).node
-            }),
+            Scope::Numa => {
+                let node = |c: usize| topology.facts(c).node;
+                generic(topology, scope, &first_with_same_key(usable, node))
+            }
             Scope::System => {
-                let size = usable.last().map_or(0, |c| c + 1);
-                let mut cpu_pod = vec![None; size];
+                let mut cpu_pod = vec![None; table_len(usable)];
                 for c in usable {
                     cpu_pod[c] = Some(0);
                 }
@@ -83,20 +80,23 @@ impl PodLayout {
     }
 }
 
-/// The kernel's generic builder: walk CPUs ascending; each joins the pod of the first
-/// lower CPU it shares with, or starts a new pod. O(P²) like the kernel's, kept exact
-/// because captured sibling lists are not always symmetric.
-fn generic(topology: &Topology, scope: Scope, share: impl Fn(usize, usize) -> bool) -> PodLayout {
-    let usable: Vec<usize> = topology.usable().iter().collect();
-    let size = usable.last().map_or(0, |c| c + 1);
-    let mut cpu_pod = vec![None; size];
+/// Length of a table indexed by CPU number that covers `cpus`.
+fn table_len(cpus: &CpuSet) -> usize {
+    cpus.last().map_or(0, |c| c + 1)
+}
+
+/// The kernel's generic builder (`init_pod_type`): walk CPUs ascending; each joins the
+/// pod of the first lower CPU it shares with, or starts a new pod.
+///
+/// `first_sharer[cur]` is that first lower CPU. The kernel finds it by an O(P²) scan;
+/// the helpers below compute the same answer in one pass, so machines with tens of
+/// thousands of CPUs stay fast.
+fn generic(topology: &Topology, scope: Scope, first_sharer: &[Option<usize>]) -> PodLayout {
+    let usable = topology.usable();
+    let mut cpu_pod = vec![None; table_len(usable)];
     let mut pod_cpus: Vec<CpuSet> = Vec::new();
-    for &cur in &usable {
-        let joined = usable
-            .iter()
-            .take_while(|&&pre| pre < cur)
-            .find(|&&pre| share(cur, pre))
-            .and_then(|&pre| cpu_pod[pre]);
+    for cur in usable {
+        let joined = first_sharer[cur].and_then(|pre| cpu_pod[pre]);
         let pod = joined.unwrap_or_else(|| {
             pod_cpus.push(CpuSet::new());
             pod_cpus.len() - 1
@@ -104,8 +104,9 @@ fn generic(topology: &Topology, scope: Scope, share: impl Fn(usize, usize) -> bo
         cpu_pod[cur] = Some(pod);
         pod_cpus[pod].insert(cur);
     }
+    // Last write wins: a pod reports the node of its highest CPU.
     let mut pod_node = vec![None; pod_cpus.len()];
-    for &cpu in &usable {
+    for cpu in usable {
         if let Some(pod) = cpu_pod[cpu] {
             pod_node[pod] = Some(topology.facts(cpu).node);
         }
@@ -116,6 +117,40 @@ fn generic(topology: &Topology, scope: Scope, share: impl Fn(usize, usize) -> bo
         pod_node,
         cpu_pod,
     }
+}
+
+/// First sharer for an equivalence `key(a) == key(b)`: the first CPU seen with the
+/// same key.
+fn first_with_same_key<K: Eq + std::hash::Hash>(
+    cpus: &CpuSet,
+    key: impl Fn(usize) -> K,
+) -> Vec<Option<usize>> {
+    let mut first_of: std::collections::HashMap<K, usize> = std::collections::HashMap::new();
+    let mut sharer = vec![None; table_len(cpus)];
+    for cur in cpus {
+        match first_of.entry(key(cur)) {
+            std::collections::hash_map::Entry::Occupied(e) => sharer[cur] = Some(*e.get()),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(cur);
+            }
+        }
+    }
+    sharer
+}
+
+/// First sharer for the SMT predicate `cur ∈ smt(pre)`, which captured sibling lists
+/// do not always make symmetric: the lowest `pre < cur` whose sibling set holds `cur`.
+fn first_smt_sharer(topology: &Topology) -> Vec<Option<usize>> {
+    let usable = topology.usable();
+    let mut sharer: Vec<Option<usize>> = vec![None; table_len(usable)];
+    for pre in usable {
+        for cur in &topology.facts(pre).smt {
+            if cur > pre && sharer[cur].is_none() {
+                sharer[cur] = Some(pre);
+            }
+        }
+    }
+    sharer
 }
 
 /// Sizes of the shards an LLC of `cores` cores splits into with target `shard_size`:
@@ -166,6 +201,52 @@ fn cache_shard_ids(topology: &Topology) -> Result<Vec<usize>, Error> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::CpuFacts;
+    use proptest::prelude::*;
+
+    /// The kernel's O(P²) scan, literally: the first `pre < cur` with `share(cur, pre)`.
+    fn naive_sharer(cpus: &CpuSet, share: impl Fn(usize, usize) -> bool) -> Vec<Option<usize>> {
+        let mut sharer = vec![None; table_len(cpus)];
+        for cur in cpus {
+            sharer[cur] = cpus
+                .iter()
+                .take_while(|&pre| pre < cur)
+                .find(|&pre| share(cur, pre));
+        }
+        sharer
+    }
+
+    proptest! {
+        /// The one-pass sharer tables equal the kernel's scan, also for asymmetric
+        /// (hand-edited or stale) sibling lists.
+        #[test]
+        fn fast_sharers_equal_the_kernel_scan(
+            groups in proptest::collection::vec(
+                (proptest::collection::btree_set(0..40usize, 0..5), 0..4usize, 0..3usize),
+                1..40,
+            )
+        ) {
+            let n = groups.len();
+            let facts = groups.iter().enumerate().map(|(cpu, (smt, llc, node))| {
+                (cpu, CpuFacts {
+                    smt: smt.iter().copied().collect(),
+                    llc: (0..n).filter(|c| groups[*c].1 == *llc).collect(),
+                    node: *node,
+                    package: 0,
+                })
+            });
+            let all = CpuSet::first_n(n);
+            let topo = Topology::from_parts(all.clone(), all.clone(), facts).unwrap();
+            let smt = naive_sharer(&all, |cur, pre| topo.facts(pre).smt.contains(cur));
+            prop_assert_eq!(first_smt_sharer(&topo), smt);
+            let llc = |c: usize| topo.facts(c).llc.first();
+            let cache = naive_sharer(&all, |cur, pre| llc(cur) == llc(pre));
+            prop_assert_eq!(first_with_same_key(&all, llc), cache);
+            let node = |c: usize| topo.facts(c).node;
+            let numa = naive_sharer(&all, |cur, pre| node(cur) == node(pre));
+            prop_assert_eq!(first_with_same_key(&all, node), numa);
+        }
+    }
 
     #[test]
     fn shard_table_matches_the_kernel() {

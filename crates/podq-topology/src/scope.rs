@@ -77,6 +77,19 @@ impl Scope {
         }
     }
 
+    /// The process-wide default scope: [`DEFAULT_SCOPE_ENV`] when set, else
+    /// `cache_shard`. A bad value is an error naming the variable, not a silent default.
+    pub fn process_default() -> Result<Scope, Error> {
+        match std::env::var(DEFAULT_SCOPE_ENV) {
+            Ok(value) => Scope::default_from_env_value(Some(&value)),
+            Err(std::env::VarError::NotPresent) => Scope::default_from_env_value(None),
+            Err(std::env::VarError::NotUnicode(_)) => Err(Error::Env {
+                var: DEFAULT_SCOPE_ENV,
+                reason: "value is not valid Unicode".to_owned(),
+            }),
+        }
+    }
+
     /// The process default from the value of [`DEFAULT_SCOPE_ENV`] (`None` when unset):
     /// `cache_shard` when unset, an error naming the variable when the value is bad.
     pub fn default_from_env_value(value: Option<&str>) -> Result<Scope, Error> {

@@ -1,9 +1,13 @@
 //! `Topology`: the usable CPUs and, for each, its SMT core, LLC, NUMA node and package.
 
+use std::path::Path;
+
 use serde::Serialize;
 
 use crate::pods::PodLayout;
-use crate::{CpuSet, Error, Scope};
+use crate::source::{DirSource, MemSource, Recorder, Source};
+use crate::synthetic::Shape;
+use crate::{live, sysfs, CpuSet, Error, Scope};
 
 /// The shard size (in cores) the kernel uses for `cache_shard` unless told otherwise.
 pub const DEFAULT_SHARD_SIZE: usize = 8;
@@ -76,8 +80,104 @@ impl Topology {
         })
     }
 
+    /// Reads a sysfs tree: `root` is a directory holding `sys/devices/system/cpu` (and
+    /// optionally `node`), such as `/` or an unpacked capture, or a `.tar.gz` of such a
+    /// directory with one top folder (what `capture` writes).
+    ///
+    /// The usable CPUs are the tree's online CPUs; nothing of the machine doing the
+    /// reading (its affinity mask, its cgroup) applies. See [`Topology::live`] for that.
+    ///
+    /// # Reading rules
+    ///
+    /// The rules, in the order they are tried (each CPU's groups are later intersected
+    /// with the usable CPUs, see [`Topology::from_parts`]):
+    /// - usable CPUs: `cpu/online`, else every `cpuN` whose `cpuN/online` is not `0` (a
+    ///   missing or empty `online` file means online; CPU 0 often has none). Online
+    ///   CPUs without a `cpuN` folder are left out, with a warning;
+    /// - possible CPUs: `cpu/possible`, else the `cpuN` folders and the online CPUs;
+    /// - SMT group: `topology/thread_siblings_list`, `core_cpus_list`, then the hex masks
+    ///   `thread_siblings`, `core_cpus`; else the CPU alone. A list wins over its hex twin
+    ///   (hand-edited captures exist where the two disagree);
+    /// - LLC: among `cache/index*` whose `type` is not `Instruction`, the highest `level`
+    ///   (the lowest index on a tie), its `shared_cpu_list` else `shared_cpu_map`; an empty
+    ///   map means private to the SMT group. With no cache information the LLC is the CPUs
+    ///   sharing both package and NUMA node, which is the kernel's `cpu_coregroup_mask`
+    ///   fallback, and a warning says so;
+    /// - package: `core_siblings_list`, `package_cpus_list`, the masks `core_siblings`,
+    ///   `package_cpus`, else equal `physical_package_id`, else one package. Packages are
+    ///   numbered densely by their lowest CPU;
+    /// - NUMA node: `node/nodeM/cpulist` (else `cpumap`); a CPU in several nodes takes the
+    ///   lowest; a CPU in no node takes its `cpuN/nodeM` link, else node 0. No `node/`
+    ///   folder means one node 0. CPU-less nodes are allowed and ignored.
+    ///
+    /// NUL bytes and missing trailing newlines are tolerated everywhere. A file that
+    /// exists but cannot be read or parsed is an error naming it; so is a root without
+    /// `sys/devices/system/cpu` or without an online CPU. Doubtful but usable input
+    /// (fallbacks, CPUs in several nodes) is reported in [`Topology::warnings`].
+    pub fn from_sysfs(root: &Path) -> Result<Topology, Error> {
+        let meta = std::fs::metadata(root).map_err(|source| Error::Io {
+            path: root.to_path_buf(),
+            source,
+        })?;
+        if meta.is_dir() {
+            sysfs::read(&DirSource::new(root))
+        } else {
+            sysfs::read(&MemSource::open(root)?)
+        }
+    }
+
+    /// Like [`Topology::from_sysfs`] on a `.tar.gz` capture already in memory; `name`
+    /// is what errors call it.
+    pub fn from_sysfs_archive(name: &Path, archive: &[u8]) -> Result<Topology, Error> {
+        sysfs::read(&MemSource::from_archive(name, archive)?)
+    }
+
+    /// Like [`Topology::from_sysfs`] on a tree given as files: each path is relative to
+    /// the root (`sys/devices/system/cpu/online`, ...) with its content. Directories
+    /// are implied by the paths; links cannot be expressed.
+    pub fn from_sysfs_files(
+        files: impl IntoIterator<Item = (String, Vec<u8>)>,
+    ) -> Result<Topology, Error> {
+        sysfs::read(&MemSource::from_files(files))
+    }
+
+    /// This machine as this process sees it: `/sys` read from `/`, with the usable CPUs
+    /// narrowed to online ∩ this thread's affinity mask ∩ the cgroup's effective cpuset
+    /// (when readable).
+    pub fn live() -> Result<Topology, Error> {
+        let topo = Topology::from_sysfs(Path::new("/"))?;
+        let mut allowed = live::affinity()?;
+        if let Some(cpuset) = live::cgroup_cpuset() {
+            allowed = allowed.intersection(&cpuset);
+        }
+        topo.restrict(&allowed)
+    }
+
+    /// A synthetic machine from a shape such as `2s24c2t`, `2s4l8c2t` or
+    /// `2s2n12c2t:linear` (grammar in [`Shape`]).
+    pub fn synthetic(shape: &str) -> Result<Topology, Error> {
+        Shape::parse(shape)?.topology()
+    }
+
+    /// Writes the sysfs files that [`Topology::from_sysfs`] reads from `root`
+    /// (normally `/`) into a `.tar.gz` at `out` with top folder `top`, which
+    /// `from_sysfs` reads back. Returns the topology read and the number of files.
+    pub fn capture(root: &Path, out: &Path, top: &str) -> Result<(Topology, usize), Error> {
+        if top.is_empty() || top.contains('/') || top == "." || top == ".." {
+            return Err(Error::Invalid {
+                what: "capture folder name",
+                reason: format!("`{top}` must be one non-empty path component"),
+            });
+        }
+        let recorder = Recorder::new(DirSource::new(root));
+        let topo = sysfs::read(&recorder as &dyn Source)?;
+        let files = recorder.write_archive(out, top)?;
+        Ok((topo, files))
+    }
+
     /// Sets the `cache_shard` target size in cores (the kernel's
-    /// `workqueue.cache_shard_size`). Zero is refused rather than silently raised to 1.
+    /// `workqueue.cache_shard_size`). Zero is refused with an error, where the kernel
+    /// raises it to 1 with a warning: a bad setting should not pass silently.
     pub fn with_shard_size(mut self, cores: usize) -> Result<Topology, Error> {
         if cores == 0 {
             return Err(Error::Invalid {

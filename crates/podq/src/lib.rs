@@ -35,12 +35,14 @@
 //!   kernel leaves them to the caller.
 
 mod attrs;
+pub mod control;
 mod cpu;
 mod delayed;
 mod error;
 mod join;
 pub mod policy;
 mod pool;
+pub mod procfs;
 pub mod stats;
 mod sync;
 pub mod testing;
