@@ -336,7 +336,7 @@ impl WorkqueueBuilder {
         }
         let topology = match self.topology {
             Some(t) => t,
-            None => cpu::live_topology()?,
+            None => cpu::live_topology(),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
