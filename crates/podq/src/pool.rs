@@ -259,12 +259,15 @@ impl PoolCore {
                 let Some((at, repatriate)) = pick else {
                     return Action::Nothing;
                 };
-                st.wake_at(at, repatriate).map_or(Action::Nothing, |t| {
-                    if repatriate {
-                        self.stats.items.repatriated.inc();
+                if repatriate {
+                    // Charged, as in the kernel, to the workqueue of the first waiting item.
+                    self.stats.items.repatriated.inc();
+                    if let Some(first) = st.worklist.front() {
+                        first.meta.pwq.wq.counters.repatriated.inc();
                     }
-                    Action::Unpark(t)
-                })
+                }
+                st.wake_at(at, repatriate)
+                    .map_or(Action::Nothing, Action::Unpark)
             }
             Kick::Create => {
                 let slot = WorkerSlot {

@@ -381,7 +381,7 @@ pub struct PoolStats {
     pub dequeue_lock: LockStats,
     /// Where items ran relative to where they were queued.
     pub locality: Locality,
-    /// Time from queueing (activation) to start.
+    /// Time from the queue call to the start (waiting for a `max_active` slot included).
     pub queue_to_start_ns: Latency,
     /// Time items ran.
     pub run_time_ns: Latency,

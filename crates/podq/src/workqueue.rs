@@ -587,7 +587,7 @@ impl Drop for WqHandle {
     fn drop(&mut self) {
         let wq = &self.shared;
         if pool::current_wq() != wq.id {
-            wq.drain();
+            pool::blocking(|| wq.drain());
         }
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
