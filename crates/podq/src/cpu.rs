@@ -47,9 +47,13 @@ pub(crate) fn real_cpus() -> &'static CpuSet {
 fn process_affinity() -> Result<CpuSet, Error> {
     // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
     let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // The process's (main thread's) mask, not the calling thread's: a pinned thread
+    // building the first workqueue must not narrow what podq believes it may use.
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
     // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
     let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
+        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
     if rc != 0 {
         return Err(Error::Os {
             call: "sched_getaffinity",
