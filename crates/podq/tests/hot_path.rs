@@ -50,6 +50,30 @@ fn requeueing_work_does_not_allocate() {
             .scope(scope)
             .build()
             .unwrap();
+        // Stay on one CPU, so every queue call uses the same pool.
+        let cpu = wq.topology().usable().first().unwrap();
+        podq::pin_thread_to(cpu, wq.topology()).unwrap();
+        // Start every worker the pool may run at once (one per pod CPU): creating a
+        // worker thread allocates, and happens when no worker is idle yet.
+        let pod_cpus = match scope {
+            Scope::Cpu => 1,
+            _ => wq.topology().usable().len(),
+        };
+        let started = Arc::new(AtomicUsize::new(0));
+        let warm: Vec<_> = (0..pod_cpus)
+            .map(|_| {
+                let started = started.clone();
+                wq.spawn(move || {
+                    started.fetch_add(1, SeqCst);
+                    while started.load(SeqCst) < pod_cpus {
+                        std::hint::spin_loop();
+                    }
+                })
+            })
+            .collect();
+        for h in warm {
+            h.join().unwrap();
+        }
         let runs = Arc::new(AtomicUsize::new(0));
         let r = runs.clone();
         let work = Work::new(move || {
