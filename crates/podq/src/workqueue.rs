@@ -336,7 +336,7 @@ impl WorkqueueBuilder {
         }
         let topology = match self.topology {
             Some(t) => t,
-            None => cpu::live_topology()?,
+            None => cpu::live_topology(),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
@@ -516,6 +516,8 @@ impl Workqueue {
 
     /// Waits until every item queued before the call has finished, on current and
     /// retiring pools alike. Items queued later do not hold it up.
+    /// Called from one of this workqueue's own items it waits for that item too, and
+    /// so never returns (the kernel's lockdep warns about the same mistake).
     pub fn flush(&self) {
         pool::blocking(|| self.shared().flush());
     }
@@ -587,7 +589,7 @@ impl Drop for WqHandle {
     fn drop(&mut self) {
         let wq = &self.shared;
         if pool::current_wq() != wq.id {
-            wq.drain();
+            pool::blocking(|| wq.drain());
         }
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
