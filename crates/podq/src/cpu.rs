@@ -25,10 +25,17 @@ pub fn current_cpu() -> usize {
 }
 
 /// The real CPU this thread runs on (0 if the kernel cannot say).
+#[cfg(not(miri))]
 pub(crate) fn real_cpu() -> usize {
     // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's state.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).unwrap_or(0)
+}
+
+/// Under Miri, which has no `sched_getcpu`: CPU 0, the first CPU of its affinity set.
+#[cfg(miri)]
+pub(crate) fn real_cpu() -> usize {
+    0
 }
 
 /// The CPUs this process may run on, read once (`sched_getaffinity`).

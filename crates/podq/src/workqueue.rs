@@ -45,6 +45,24 @@ thread_local! {
 /// cancelled (and counted as cancelled), and the workers of pools no other workqueue
 /// uses are stopped and joined.
 ///
+/// # Shutdown
+/// Dropping the last handle (`destroy_workqueue`):
+/// 1. Queued items, on worklists or waiting for an active slot, all run: the drop
+///    drains the workqueue, accepting only chained queueing from its own items; timers
+///    that fire meanwhile queue their items, which run too.
+/// 2. Running items are waited for.
+/// 3. Delayed items still on the timer are cancelled: they are idle again (free to be
+///    queued elsewhere) and never fire. The kernel leaves them to the caller.
+/// 4. Pools no other workqueue uses stop; their workers exit and are joined.
+///
+/// Dropped inside one of its own items (an item held the last handle), the workqueue
+/// cannot wait for itself: the drop returns at once, and the items still queued run
+/// afterwards, after which the pools stop and their workers exit on their own.
+///
+/// Process exit never waits for podq: workers and the timer are ordinary threads that
+/// exit with the process. Items still queued, running or on the timer at that moment
+/// do not run; drop (or flush) workqueues before leaving `main` to run them.
+///
 /// ```
 /// use podq::{Scope, Workqueue};
 ///
@@ -578,6 +596,10 @@ impl Workqueue {
 impl Drop for WqHandle {
     fn drop(&mut self) {
         let wq = &self.shared;
+        // Dropped inside one of its own items, the workqueue cannot wait for itself:
+        // its pwqs that still hold items then retire on their own as their last item
+        // completes (`Pwq::complete`), activating waiting items on the way, so none is
+        // lost. After a drain every pwq is empty and retires here.
         if pool::current_wq() != wq.id {
             wq.drain();
         }
@@ -593,16 +615,18 @@ impl Drop for WqHandle {
             }),
         );
         drop(old);
-        let retiring: Vec<Arc<Pwq>> = std::mem::take(&mut *lock(&wq.pwqs));
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
-        for pwq in &retiring {
+        let mut retiring: Vec<Arc<Pwq>> = Vec::new();
+        lock(&wq.pwqs).retain(|pwq| {
             let mut st = lock(&pwq.state);
             st.current = false;
-            st.dead = true;
-        }
-        for node in &wq.nodes {
-            lock(&node.pending).clear();
-        }
+            st.dead = st.in_flight.is_empty();
+            if st.dead {
+                retiring.push(Arc::clone(pwq));
+            }
+            !st.dead
+        });
+        wq.unplug_oldest();
+        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
         // join them here (never from a worker, and never under a lock).
         drop(retiring);
