@@ -285,6 +285,7 @@ pub struct WorkqueueBuilder {
     nice: i32,
     topology: Option<Topology>,
     idle_timeout: Duration,
+    rescuer: bool,
 }
 
 impl WorkqueueBuilder {
@@ -343,6 +344,15 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// Give the workqueue a rescuer thread (default: false), as the kernel's
+    /// `WQ_MEM_RECLAIM`: when a pool cannot start a worker (thread limits), the rescuer
+    /// is called after 10 ms and runs this workqueue's items there, so they progress
+    /// while creation keeps failing. Costs one idle thread per workqueue.
+    pub fn rescuer(mut self, rescuer: bool) -> Self {
+        self.rescuer = rescuer;
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -365,6 +375,7 @@ impl WorkqueueBuilder {
             ordered: self.ordered,
         };
         attrs.validate()?;
+        pool::start_manager()?;
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
         let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
@@ -400,6 +411,9 @@ impl WorkqueueBuilder {
             let mut cfg = lock(&shared.config);
             shared.apply(&mut cfg, attrs)?;
         }
+        if self.rescuer {
+            pool::start_rescuer(shared.id, &shared.name)?;
+        }
         let mut wqs = lock(registry());
         wqs.retain(|w| w.strong_count() > 0);
         wqs.push(Arc::downgrade(&shared));
@@ -431,6 +445,7 @@ impl Workqueue {
             nice: 0,
             topology: None,
             idle_timeout: policy::IDLE_WORKER_TIMEOUT,
+            rescuer: false,
         }
     }
 
@@ -603,6 +618,7 @@ impl Drop for WqHandle {
         if pool::current_wq() != wq.id {
             wq.drain();
         }
+        pool::stop_rescuer(wq.id);
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
