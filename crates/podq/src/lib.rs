@@ -51,6 +51,13 @@ pub mod testing;
 mod work;
 mod workqueue;
 
+/// The topology layer (everything of `podq_topology`), plus [`topology::refresh`], which
+/// re-reads the usable CPUs and re-pods live workqueues.
+pub mod topology {
+    pub use crate::workqueue::refresh::refresh;
+    pub use podq_topology::*;
+}
+
 use std::sync::{Arc, RwLock};
 
 pub use attrs::Attrs;
@@ -59,7 +66,6 @@ pub use delayed::DelayedWork;
 pub use error::Error;
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
 pub use join::{JoinHandle, Panicked};
-pub use podq_topology as topology;
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;

@@ -10,6 +10,7 @@
 //! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
 pub(crate) mod flush;
+pub(crate) mod refresh;
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -153,6 +154,8 @@ pub(crate) struct WqShared {
     topology_id: u64,
     /// I: virtual → real CPUs.
     cpu_map: CpuMap,
+    /// I: built on the live machine: its usable CPUs follow `topology::refresh`.
+    live: bool,
     /// I: idle timeout of its pools' workers.
     idle_timeout: Duration,
     /// I: node id → index in `nodes` (the last index is the fallback counter).
@@ -361,6 +364,7 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
+        let live = self.topology.is_none();
         let topology = match self.topology {
             Some(t) => t,
             None => cpu::live_topology()?,
@@ -388,6 +392,7 @@ impl WorkqueueBuilder {
             ordered: self.ordered,
             topology_id: topology_id(&topology),
             cpu_map: CpuMap::new(&topology),
+            live,
             topology: Arc::new(topology),
             idle_timeout: self.idle_timeout,
             node_index,
@@ -886,13 +891,8 @@ impl WqShared {
     fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
         // Prepare.
         attrs.validate()?;
-        let usable = self.topology.usable();
-        let effective = policy::effective_cpumask(&attrs.cpumask, usable).ok_or_else(|| {
-            Error::NoUsableCpu {
-                mask: attrs.cpumask.clone(),
-                usable: usable.clone(),
-            }
-        })?;
+        let usable = &self.usable_now();
+        let effective = refresh::effective_cpumask(&attrs.cpumask, usable, &self.topology)?;
         let scope = attrs.scope.resolve(default_scope());
         let layout = if self.ordered {
             None
