@@ -1,12 +1,17 @@
 //! The `podq` command.
 //!
-//! Exit codes: 0 success, 1 runtime failure (the error is printed with its causes),
+//! Exit codes: 0 success, 1 runtime failure (the error is printed with its causes;
+//! this includes a refused control request: unknown workqueue, attribute or value),
 //! 2 usage error (printed by the argument parser).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod ctl;
+mod monitor;
+mod table;
+mod target;
 mod topo;
 
 /// Locality-aware unbound workqueues for user space.
@@ -21,18 +26,34 @@ struct Cli {
 enum Command {
     /// Show the pods of every affinity scope (like wq_dump.py's "Affinity Scopes").
     Topo(topo::Args),
+    /// List a running process's workqueues, read or write their attributes.
+    Ctl(ctl::CtlArgs),
+    /// Watch a running process's workqueues, CPUs and threads live.
+    Monitor(monitor::MonitorArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Topo(args) => topo::run(&args),
+        Command::Ctl(args) => ctl::run(args),
+        Command::Monitor(args) => monitor::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        // The reader went away (`podq monitor | head`): not a failure.
+        Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("podq: error: {err:#}");
             ExitCode::from(1)
         }
     }
+}
+
+fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|e| e.kind() == std::io::ErrorKind::BrokenPipe)
+    })
 }

@@ -38,6 +38,7 @@
 //!   kernel leaves them to the caller.
 
 mod attrs;
+pub mod control;
 mod cpu;
 mod delayed;
 mod error;
@@ -45,6 +46,7 @@ pub mod fault;
 mod join;
 pub mod policy;
 mod pool;
+pub mod procfs;
 pub mod stats;
 mod sync;
 pub mod testing;

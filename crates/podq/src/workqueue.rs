@@ -9,6 +9,7 @@
 //! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
 //! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
+mod control;
 pub(crate) mod flush;
 pub(crate) mod refresh;
 
@@ -586,7 +587,19 @@ impl Workqueue {
     /// Changes `max_active`; waiting items are activated at once if it rises.
     /// Refused for ordered workqueues.
     pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
-        let wq = self.shared();
+        self.shared().set_max_active(n)
+    }
+
+    /// A snapshot of this workqueue's statistics.
+    pub fn stats(&self) -> WorkqueueStats {
+        self.shared().stats_snapshot()
+    }
+}
+
+impl WqShared {
+    /// [`Workqueue::set_max_active`]; also what the control plane calls.
+    fn set_max_active(&self, n: usize) -> Result<(), Error> {
+        let wq = self;
         if wq.ordered {
             return Err(Error::Ordered {
                 wq: wq.name.clone(),
@@ -605,11 +618,6 @@ impl Workqueue {
             wq.activate(node);
         }
         Ok(())
-    }
-
-    /// A snapshot of this workqueue's statistics.
-    pub fn stats(&self) -> WorkqueueStats {
-        self.shared().stats_snapshot()
     }
 }
 

@@ -1,0 +1,367 @@
+//! `podq ctl` and `podq monitor` against a control server started in this test process
+//! over an in-memory target.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::sync::{Arc, Mutex};
+
+use podq::control::{AttrValue, ControlServer, ControlTarget, QueueAttrs, QueueInfo};
+use podq::topology::{CpuSet, Scope};
+use serde_json::{json, Value};
+
+/// Two queues whose attributes live in a mutex (L: the mutex guards both fields).
+struct Target {
+    state: Mutex<(Vec<QueueInfo>, Scope)>,
+}
+
+impl Target {
+    fn new() -> Arc<Target> {
+        let queue = |name: &str, scope| QueueInfo {
+            name: name.into(),
+            attrs: QueueAttrs {
+                scope,
+                effective_scope: scope,
+                strict: false,
+                cpumask: CpuSet::first_n(2),
+                nice: 0,
+                max_active: 256,
+                ordered: false,
+            },
+            nr_cpu_ids: 2,
+        };
+        Arc::new(Target {
+            state: Mutex::new((
+                vec![
+                    queue("nfsiod", Scope::Cache),
+                    queue("rpciod", Scope::Default),
+                ],
+                Scope::CacheShard,
+            )),
+        })
+    }
+}
+
+impl ControlTarget for Target {
+    fn queues(&self) -> Vec<QueueInfo> {
+        let state = self.state.lock().unwrap();
+        let mut queues = state.0.clone();
+        for q in &mut queues {
+            q.attrs.effective_scope = q.attrs.scope.resolve(state.1);
+        }
+        queues
+    }
+
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), podq::Error> {
+        let mut state = self.state.lock().unwrap();
+        let q = state.0.iter_mut().find(|q| q.name == queue).unwrap();
+        match value {
+            AttrValue::AffinityScope(s) => q.attrs.scope = s,
+            AttrValue::AffinityStrict(s) => q.attrs.strict = s,
+            AttrValue::Cpumask(m) => q.attrs.cpumask = m,
+            AttrValue::MaxActive(m) => q.attrs.max_active = m,
+            AttrValue::Nice(n) => q.attrs.nice = n,
+        }
+        Ok(())
+    }
+
+    fn default_scope(&self) -> Scope {
+        self.state.lock().unwrap().1
+    }
+
+    fn set_default_scope(&self, scope: Scope) -> Result<(), podq::Error> {
+        self.state.lock().unwrap().1 = scope;
+        Ok(())
+    }
+
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<Value>, podq::Error> {
+        let pool = json!({
+            "started": 40, "completed": 38, "repatriated": 1, "cpu_time_ns": 2_000_000u64,
+            "enqueue_lock": { "acquisitions": 40, "contended": 4, "wait_ns": 1 },
+            "dequeue_lock": { "acquisitions": 40, "contended": 0, "wait_ns": 0 },
+            "locality": { "same_cpu": 30, "same_smt": 0, "same_llc": 6, "same_node": 2, "remote": 0 },
+            "queue_to_start_ns": { "count": 38, "p50": 2500, "p99": 80000 }
+        });
+        Ok(self
+            .queues()
+            .iter()
+            .filter(|q| queue.map_or(true, |n| n == q.name))
+            .map(|q| json!({ "name": q.name, "pools": [pool.clone()] }))
+            .collect())
+    }
+}
+
+fn podq<S: AsRef<std::ffi::OsStr>>(args: &[S]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn ok<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S]) -> String {
+    let out = podq(args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs a command that must fail with `code` and returns its stderr.
+fn fails<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], code: i32) -> String {
+    let out = podq(args);
+    assert_eq!(out.status.code(), Some(code), "{args:?}");
+    assert!(out.stdout.is_empty(), "{args:?}");
+    String::from_utf8(out.stderr).unwrap()
+}
+
+fn server(dir: &Path) -> ControlServer {
+    ControlServer::builder()
+        .path(dir.join("ctl.sock"))
+        .build(Target::new())
+        .unwrap()
+}
+
+#[test]
+fn ctl_reads_and_writes_attributes() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(dir.path());
+    let sock = server.path().to_str().unwrap();
+    let ctl = |rest: &[&'static str]| -> Vec<String> {
+        ["ctl", "--socket", sock]
+            .iter()
+            .chain(rest)
+            .map(|s| s.to_string())
+            .collect()
+    };
+
+    let list = ok(&ctl(&["list"]));
+    assert!(list.starts_with("NAME"), "{list}");
+    assert!(list.contains("rpciod  default (cache_shard)"), "{list}");
+    let json: Value = serde_json::from_str(&ok(&ctl(&["list", "--json"]))).unwrap();
+    assert_eq!(json[1]["affinity_scope"], "default (cache_shard)");
+
+    assert_eq!(
+        ok(&ctl(&["get", "rpciod", "affinity_scope"])),
+        "default (cache_shard)\n"
+    );
+    assert_eq!(
+        ok(&ctl(&["set", "rpciod", "affinity_scope", "numa"])),
+        "numa\n"
+    );
+    assert_eq!(ok(&ctl(&["get", "rpciod", "affinity_scope"])), "numa\n");
+    assert_eq!(ok(&ctl(&["set", "nfsiod", "cpumask", "2"])), "2\n");
+    assert_eq!(ok(&ctl(&["set", "nfsiod", "max_active", "4096"])), "2048\n");
+    assert_eq!(ok(&ctl(&["set", "nfsiod", "nice", "-5"])), "-5\n");
+
+    assert_eq!(ok(&ctl(&["default-scope"])), "cache_shard\n");
+    ok(&ctl(&["set", "rpciod", "affinity_scope", "default"]));
+    assert_eq!(ok(&ctl(&["default-scope", "smt"])), "smt\n");
+    assert_eq!(
+        ok(&ctl(&["get", "rpciod", "affinity_scope"])),
+        "default (smt)\n"
+    );
+}
+
+#[test]
+fn ctl_errors_exit_1_with_the_servers_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(dir.path());
+    let sock = server.path().to_str().unwrap();
+    let ctl = |rest: &[&'static str]| -> Vec<String> {
+        ["ctl", "--socket", sock]
+            .iter()
+            .chain(rest)
+            .map(|s| s.to_string())
+            .collect()
+    };
+    for (args, needle) in [
+        (ctl(&["get", "nope", "nice"]), "unknown workqueue `nope`"),
+        (
+            ctl(&["get", "rpciod", "bogus"]),
+            "unknown attribute `bogus`",
+        ),
+        (
+            ctl(&["set", "rpciod", "nice", "99"]),
+            "invalid value `99` for nice",
+        ),
+        (
+            ctl(&["set", "rpciod", "affinity_scope", "Cache"]),
+            "invalid value `Cache` for affinity_scope",
+        ),
+        (
+            ctl(&["set", "rpciod", "cpumask", "4"]),
+            "CPU 2 does not exist",
+        ),
+        (
+            ctl(&["default-scope", "default"]),
+            "`default` cannot be the default scope",
+        ),
+    ] {
+        let err = fails(&args, 1);
+        assert!(
+            err.starts_with("podq: ") && err.contains(needle),
+            "{args:?}: {err}"
+        );
+    }
+    let missing = dir.path().join("missing.sock");
+    let err = fails(&["ctl", "--socket", missing.to_str().unwrap(), "list"], 1);
+    assert!(err.contains("cannot reach the control server"), "{err}");
+    let err = fails(&["ctl", "--pid", "999999999", "list"], 1);
+    assert!(err.contains("no process with pid 999999999"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    fails(&["ctl", "list"], 2);
+    fails(&["ctl", "--pid", "1", "--socket", "/x", "list"], 2);
+    fails(&["ctl", "--socket", "/x", "get", "rpciod"], 2);
+    fails(&["ctl", "--socket", "/x", "frob"], 2);
+    fails(&["monitor", "--socket", "/x", "--interval", "0"], 2);
+    fails(&["monitor", "--socket", "/x", "--count", "many"], 2);
+}
+
+#[test]
+fn pid_finds_the_default_socket() {
+    let server = ControlServer::builder().build(Target::new()).unwrap();
+    let me = std::process::id().to_string();
+    assert!(server.path().ends_with(format!("{me}.sock")));
+    assert!(ok(&["ctl", "--pid", &me, "list"]).contains("rpciod"));
+    // Socket with another process's pid in a directory nobody else can use.
+    let meta = std::fs::metadata(server.path().parent().unwrap()).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o777,
+        0o700
+    );
+}
+
+#[test]
+fn monitor_prints_tables_and_json_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(dir.path());
+    let sock = server.path().to_str().unwrap();
+    let table = ok(&[
+        "monitor",
+        "--socket",
+        sock,
+        "--interval",
+        "0.1",
+        "--count",
+        "2",
+    ]);
+    assert_eq!(table.matches("WORKQUEUE").count(), 2, "{table}");
+    let rpciod = table.lines().find(|l| l.starts_with("rpciod")).unwrap();
+    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ^).
+    let cells: Vec<&str> = rpciod.split_whitespace().collect();
+    assert_eq!(cells[1], "40");
+    assert_eq!(cells[3], "2");
+    assert_eq!(cells[4], "0.002");
+    assert_eq!(cells[6], "5.0");
+    assert_eq!(cells[7], "94.7");
+    assert_eq!(&cells[8..], ["^2500ns", "^80.0us"]);
+    assert!(table.contains("node0"), "{table}");
+    assert!(table.contains("cpu0"), "{table}");
+    assert!(
+        table.contains("podq-control"),
+        "the server's threads: {table}"
+    );
+
+    let lines = ok(&[
+        "monitor", "--socket", sock, "-i", "0.1", "--count", "1", "--json", "nfs",
+    ]);
+    let objects: Vec<Value> = lines
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let kinds = |k: &str| objects.iter().filter(|o| o["kind"] == k).count();
+    assert_eq!(kinds("workqueue"), 1, "filtered to nfsiod: {lines}");
+    assert!(
+        kinds("node") >= 1 && kinds("cpu") >= 1 && kinds("thread") >= 1,
+        "{lines}"
+    );
+    let wq = objects.iter().find(|o| o["kind"] == "workqueue").unwrap();
+    assert_eq!(wq["name"], "nfsiod");
+    assert_eq!(wq["in_flight"], 2);
+    assert_eq!(wq["started_per_s"], 0.0);
+    assert!(objects.iter().all(|o| o["timestamp"].as_f64().is_some()));
+
+    // A reader that goes away early ends the monitor quietly.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(["monitor", "--socket", sock, "-i", "0.05", "--count", "50"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn ctl_and_monitor_drive_real_workqueues() {
+    use podq::control::{Registry, RegistryTarget, RuntimeDefaultScope};
+    use podq::{Work, Workqueue};
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = ControlServer::builder()
+        .path(dir.path().join("rt.sock"))
+        .build(Arc::new(RegistryTarget::new(
+            Arc::clone(Registry::global()),
+            RuntimeDefaultScope,
+        )))
+        .unwrap();
+    let sock = server.path().to_str().unwrap();
+    let wq = Workqueue::builder("cli_rt")
+        .topology(podq::Topology::synthetic("1s2c2t").unwrap())
+        .build()
+        .unwrap();
+    wq.expose().unwrap();
+    let work = Work::new(|| {});
+    for _ in 0..10 {
+        wq.queue(&work);
+        wq.flush();
+    }
+    assert_eq!(
+        ok(&[
+            "ctl",
+            "--socket",
+            sock,
+            "set",
+            "cli_rt",
+            "affinity_scope",
+            "smt"
+        ]),
+        "smt\n"
+    );
+    assert_eq!(wq.attrs().scope, Scope::Smt);
+    assert_eq!(
+        ok(&["ctl", "--socket", sock, "set", "cli_rt", "cpumask", "5"]),
+        "5\n"
+    );
+    assert_eq!(wq.attrs().cpumask.to_list(), "0,2");
+    let err = fails(
+        &["ctl", "--socket", sock, "set", "cli_rt", "nice", "-21"],
+        1,
+    );
+    assert!(err.contains("invalid value `-21` for nice"), "{err}");
+    let lines = ok(&[
+        "monitor", "--socket", sock, "-i", "0.1", "--count", "1", "--json", "cli_rt",
+    ]);
+    let row: Value = lines
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|o| o["kind"] == "workqueue")
+        .unwrap();
+    assert_eq!(row["name"], "cli_rt");
+    assert_eq!(row["started"], 10);
+    assert_eq!(row["in_flight"], 0);
+}

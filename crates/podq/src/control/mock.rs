@@ -1,0 +1,109 @@
+//! An in-memory [`ControlTarget`] for tests: three queues, a default scope, and a
+//! runtime-style refusal (`nice` -7) to exercise the `Rejected` path.
+
+use std::sync::Mutex;
+
+use super::{AttrValue, ControlTarget, QueueAttrs, QueueInfo};
+use crate::topology::{CpuSet, Scope};
+use crate::Error;
+
+/// Lock-guarded state (L: the mutex).
+struct State {
+    /// L: the queues, sorted by name; `effective_scope` is recomputed on read.
+    queues: Vec<QueueInfo>,
+    /// L: the process default.
+    default_scope: Scope,
+}
+
+pub(crate) struct MockTarget {
+    state: Mutex<State>,
+}
+
+impl MockTarget {
+    pub(crate) fn new() -> MockTarget {
+        let attrs = |scope, ordered| QueueAttrs {
+            scope,
+            effective_scope: scope,
+            strict: false,
+            cpumask: CpuSet::first_n(2),
+            nice: 0,
+            max_active: if ordered { 1 } else { 256 },
+            ordered,
+        };
+        let queue = |name: &str, a| QueueInfo {
+            name: name.to_owned(),
+            attrs: a,
+            nr_cpu_ids: 2,
+        };
+        MockTarget {
+            state: Mutex::new(State {
+                queues: vec![
+                    queue("nfsiod", attrs(Scope::Cache, false)),
+                    queue("ordered_wq", attrs(Scope::System, true)),
+                    queue("rpciod", attrs(Scope::Default, false)),
+                ],
+                default_scope: Scope::CacheShard,
+            }),
+        }
+    }
+}
+
+impl ControlTarget for MockTarget {
+    fn queues(&self) -> Vec<QueueInfo> {
+        let state = self.state.lock().unwrap();
+        let default = state.default_scope;
+        state
+            .queues
+            .iter()
+            .cloned()
+            .map(|mut q| {
+                q.attrs.effective_scope = q.attrs.scope.resolve(default);
+                q
+            })
+            .collect()
+    }
+
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error> {
+        let mut state = self.state.lock().unwrap();
+        let q = state
+            .queues
+            .iter_mut()
+            .find(|q| q.name == queue)
+            .ok_or_else(|| Error::UnknownQueue {
+                name: queue.to_owned(),
+            })?;
+        let a = &mut q.attrs;
+        match value {
+            AttrValue::AffinityScope(s) => a.scope = s,
+            AttrValue::AffinityStrict(s) => a.strict = s,
+            AttrValue::Cpumask(m) => a.cpumask = m,
+            AttrValue::MaxActive(m) => a.max_active = m,
+            AttrValue::Nice(-7) => {
+                return Err(Error::Rejected {
+                    what: format!("nice of {queue}"),
+                    reason: "the mock refuses -7".into(),
+                })
+            }
+            AttrValue::Nice(n) => a.nice = n,
+        }
+        Ok(())
+    }
+
+    fn default_scope(&self) -> Scope {
+        self.state.lock().unwrap().default_scope
+    }
+
+    fn set_default_scope(&self, scope: Scope) -> Result<(), Error> {
+        self.state.lock().unwrap().default_scope = scope;
+        Ok(())
+    }
+
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error> {
+        Ok(self
+            .queues()
+            .iter()
+            .filter(|q| queue.map_or(true, |n| n == q.name))
+            .map(|q| serde_json::json!({ "name": q.name, "pools": [] }))
+            .collect())
+    }
+}

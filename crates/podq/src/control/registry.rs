@@ -1,0 +1,328 @@
+//! Which workqueues are visible: the opt-in of the kernel's `WQ_SYSFS`. A workqueue
+//! registers itself under its name; the registry keeps only a `Weak` reference, so
+//! being visible never keeps a workqueue alive, and one whose last handle is gone
+//! disappears from `list` on its own.
+//!
+//! Field legend: L: guarded by the mutex that holds it.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+
+use super::{AttrValue, ControlTarget, QueueAttrs, QueueInfo};
+use crate::topology::Scope;
+use crate::Error;
+
+/// A workqueue as the control plane drives it; the runtime implements this for its
+/// shared workqueue state.
+pub trait ControlledQueue: Send + Sync {
+    /// The requested attributes, with `effective_scope` resolved.
+    fn attrs(&self) -> QueueAttrs;
+    /// The highest possible CPU of the queue's topology plus one.
+    fn nr_cpu_ids(&self) -> usize;
+    /// Applies one attribute; a refusal is [`Error::Rejected`] with the reason.
+    fn apply(&self, value: AttrValue) -> Result<(), Error>;
+    /// The stats snapshot as a JSON object with a `name`.
+    fn stats(&self) -> serde_json::Value;
+}
+
+/// The process-wide default scope, as the control plane reads and changes it.
+pub trait DefaultScope: Send + Sync {
+    /// The current default (never `Default`).
+    fn get(&self) -> Scope;
+    /// Changes it; queues on `default` follow.
+    fn set(&self, scope: Scope) -> Result<(), Error>;
+}
+
+/// The visible workqueues of a process, by name.
+#[derive(Default)]
+pub struct Registry {
+    /// L: name → queue; entries whose queue is gone are pruned on the next access.
+    entries: Mutex<BTreeMap<String, Weak<dyn ControlledQueue>>>,
+}
+
+impl std::fmt::Debug for Registry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.live().iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+impl Registry {
+    /// The process's registry, which [`start_with`](super::start_with) serves.
+    pub fn global() -> &'static Arc<Registry> {
+        static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
+        GLOBAL.get_or_init(Arc::default)
+    }
+
+    /// Makes `queue` visible as `name`. A live queue already holding the name keeps it
+    /// and this one is refused, as the kernel refuses a second `WQ_SYSFS` device of the
+    /// same name.
+    pub fn register(&self, name: &str, queue: Weak<dyn ControlledQueue>) -> Result<(), Error> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.retain(|_, q| q.strong_count() > 0);
+        if entries.contains_key(name) {
+            return Err(Error::NameTaken {
+                name: name.to_owned(),
+            });
+        }
+        entries.insert(name.to_owned(), queue);
+        Ok(())
+    }
+
+    /// Hides the queue registered as `name` (a no-op if there is none).
+    pub fn unregister(&self, name: &str) {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(name);
+    }
+
+    /// The live queues, sorted by name.
+    fn live(&self) -> Vec<(String, Arc<dyn ControlledQueue>)> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        entries.retain(|_, q| q.strong_count() > 0);
+        entries
+            .iter()
+            .filter_map(|(name, q)| Some((name.clone(), q.upgrade()?)))
+            .collect()
+    }
+
+    fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, Error> {
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(name)
+            .and_then(Weak::upgrade)
+            .ok_or_else(|| Error::UnknownQueue {
+                name: name.to_owned(),
+            })
+    }
+}
+
+/// A [`ControlTarget`] over a registry and the process default scope.
+#[derive(Debug)]
+pub struct RegistryTarget<D> {
+    registry: Arc<Registry>,
+    defaults: D,
+}
+
+impl<D: DefaultScope> RegistryTarget<D> {
+    /// Serves the queues of `registry`, and `defaults` for the default scope.
+    pub fn new(registry: Arc<Registry>, defaults: D) -> Self {
+        RegistryTarget { registry, defaults }
+    }
+}
+
+fn info(name: String, queue: &dyn ControlledQueue) -> QueueInfo {
+    QueueInfo {
+        name,
+        attrs: queue.attrs(),
+        nr_cpu_ids: queue.nr_cpu_ids(),
+    }
+}
+
+impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
+    fn queues(&self) -> Vec<QueueInfo> {
+        self.registry
+            .live()
+            .into_iter()
+            .map(|(name, q)| info(name, &*q))
+            .collect()
+    }
+
+    fn queue(&self, name: &str) -> Option<QueueInfo> {
+        let q = self.registry.get(name).ok()?;
+        Some(info(name.to_owned(), &*q))
+    }
+
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error> {
+        self.registry.get(queue)?.apply(value)
+    }
+
+    fn default_scope(&self) -> Scope {
+        self.defaults.get()
+    }
+
+    fn set_default_scope(&self, scope: Scope) -> Result<(), Error> {
+        self.defaults.set(scope)
+    }
+
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error> {
+        match queue {
+            Some(name) => Ok(vec![self.registry.get(name)?.stats()]),
+            None => Ok(self
+                .registry
+                .live()
+                .iter()
+                .map(|(_, q)| q.stats())
+                .collect()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{dispatch, protocol::parse_request, Reply};
+    use super::*;
+    use crate::topology::CpuSet;
+
+    /// L: the attributes.
+    struct FakeQueue {
+        name: &'static str,
+        attrs: Mutex<QueueAttrs>,
+    }
+
+    impl ControlledQueue for FakeQueue {
+        fn attrs(&self) -> QueueAttrs {
+            self.attrs.lock().unwrap().clone()
+        }
+        fn nr_cpu_ids(&self) -> usize {
+            16
+        }
+        fn apply(&self, value: AttrValue) -> Result<(), Error> {
+            match value {
+                AttrValue::Nice(n) => self.attrs.lock().unwrap().nice = n,
+                other => {
+                    return Err(Error::Rejected {
+                        what: format!("{} of {}", other.attr(), self.name),
+                        reason: "the fake only changes nice".into(),
+                    })
+                }
+            }
+            Ok(())
+        }
+        fn stats(&self) -> serde_json::Value {
+            serde_json::json!({ "name": self.name, "pools": [] })
+        }
+    }
+
+    struct FixedDefault;
+
+    impl DefaultScope for FixedDefault {
+        fn get(&self) -> Scope {
+            Scope::Numa
+        }
+        fn set(&self, scope: Scope) -> Result<(), Error> {
+            Err(Error::Rejected {
+                what: "the default scope".into(),
+                reason: format!("fixed, not {scope}"),
+            })
+        }
+    }
+
+    fn queue(name: &'static str) -> Arc<FakeQueue> {
+        Arc::new(FakeQueue {
+            name,
+            attrs: Mutex::new(QueueAttrs {
+                scope: Scope::Default,
+                effective_scope: Scope::Numa,
+                strict: false,
+                cpumask: CpuSet::first_n(16),
+                nice: 0,
+                max_active: 8,
+                ordered: false,
+            }),
+        })
+    }
+
+    fn run(target: &dyn ControlTarget, line: &str) -> Reply {
+        dispatch(target, parse_request(line.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn visibility_follows_registration_and_lifetime() {
+        let registry = Arc::new(Registry::default());
+        let target = RegistryTarget::new(Arc::clone(&registry), FixedDefault);
+        let a = queue("a");
+        let b = queue("b");
+        let weak_a: Weak<dyn ControlledQueue> = Arc::downgrade(&a) as Weak<dyn ControlledQueue>;
+        registry.register("a", weak_a.clone()).unwrap();
+        registry
+            .register("b", Arc::downgrade(&b) as Weak<dyn ControlledQueue>)
+            .unwrap();
+        let err = registry.register("a", weak_a).unwrap_err().to_string();
+        assert!(err.contains("`a`"), "{err}");
+        let names =
+            |t: &dyn ControlTarget| t.queues().into_iter().map(|q| q.name).collect::<Vec<_>>();
+        assert_eq!(names(&target), ["a", "b"]);
+        assert_eq!(target.queue("a").unwrap().nr_cpu_ids, 16);
+        assert_eq!(
+            run(&target, r#"{"cmd":"get","queue":"a","attr":"cpumask"}"#),
+            Reply::value("ffff".into())
+        );
+        drop(b);
+        assert_eq!(names(&target), ["a"], "a dropped queue disappears");
+        let b2 = queue("b");
+        registry
+            .register("b", Arc::downgrade(&b2) as Weak<dyn ControlledQueue>)
+            .unwrap();
+        registry.unregister("a");
+        assert_eq!(names(&target), ["b"]);
+        let err = run(&target, r#"{"cmd":"stats","queue":"a"}"#);
+        assert_eq!(err.error_text(), Some("unknown workqueue `a`"));
+        assert_eq!(run(&target, r#"{"cmd":"stats"}"#).stats.unwrap().len(), 1);
+    }
+
+    #[test]
+    fn one_call_serves_the_global_registry() {
+        let q = queue("registry_test_queue");
+        Registry::global()
+            .register(
+                "registry_test_queue",
+                Arc::downgrade(&q) as Weak<dyn ControlledQueue>,
+            )
+            .unwrap();
+        let server = super::super::start_with(FixedDefault).unwrap();
+        let expected = super::super::server::socket_path_for_pid(std::process::id());
+        assert_eq!(server.path(), expected);
+        let mut client =
+            super::super::Client::connect(server.path(), std::time::Duration::from_secs(10))
+                .unwrap();
+        let list = client
+            .call(&super::super::Request::List)
+            .unwrap()
+            .queues
+            .unwrap();
+        assert!(list.iter().any(|s| s.name == "registry_test_queue"));
+        Registry::global().unregister("registry_test_queue");
+    }
+
+    #[test]
+    fn changes_and_refusals_reach_the_queue() {
+        let registry = Arc::new(Registry::default());
+        let target = RegistryTarget::new(Arc::clone(&registry), FixedDefault);
+        let q = queue("rpciod");
+        registry
+            .register("rpciod", Arc::downgrade(&q) as Weak<dyn ControlledQueue>)
+            .unwrap();
+        assert_eq!(
+            run(
+                &target,
+                r#"{"cmd":"set","queue":"rpciod","attr":"nice","value":"5"}"#
+            ),
+            Reply::value("5".into())
+        );
+        assert_eq!(q.attrs().nice, 5);
+        let reply = run(
+            &target,
+            r#"{"cmd":"set","queue":"rpciod","attr":"affinity_strict","value":"1"}"#,
+        );
+        assert_eq!(
+            reply.error_text(),
+            Some("cannot set affinity_strict of rpciod: the fake only changes nice")
+        );
+        let reply = run(&target, r#"{"cmd":"set_default_scope","value":"smt"}"#);
+        assert_eq!(
+            reply.error_text(),
+            Some("cannot set the default scope: fixed, not smt")
+        );
+        assert_eq!(
+            run(
+                &target,
+                r#"{"cmd":"get","queue":"rpciod","attr":"affinity_scope"}"#
+            ),
+            Reply::value("default (numa)".into())
+        );
+    }
+}

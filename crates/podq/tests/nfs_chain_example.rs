@@ -1,0 +1,92 @@
+//! Runs `examples/nfs_chain` and changes its queues' scopes live through the control
+//! socket while it runs; it must still run every completion once on each queue.
+//! (`cargo test` builds the examples next to the test binaries.)
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use podq::control::{Client, Request};
+
+fn example() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("examples").join("nfs_chain");
+    assert!(
+        path.exists(),
+        "{} is missing: build it with `cargo build -p podq --example nfs_chain`",
+        path.display()
+    );
+    path
+}
+
+#[test]
+fn scopes_change_live_under_load() {
+    let mut child = Command::new(example())
+        .args(["--seconds", "3", "--topology", "1s2c2t", "--rate", "300"])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let socket = first
+        .split_once(" socket ")
+        .map(|(_, path)| PathBuf::from(path))
+        .unwrap_or_else(|| panic!("unexpected first line: {first}"));
+    let pid = first.split_whitespace().nth(2).unwrap();
+    assert_eq!(pid, child.id().to_string());
+
+    let mut client = Client::connect(&socket, Duration::from_secs(10)).unwrap();
+    let names: Vec<String> = client
+        .call(&Request::List)
+        .unwrap()
+        .queues
+        .unwrap()
+        .into_iter()
+        .map(|q| q.name)
+        .collect();
+    assert_eq!(names, ["nfsiod", "rpciod"]);
+    for (queue, attr, value) in [
+        ("rpciod", "affinity_scope", "cpu"),
+        ("nfsiod", "affinity_scope", "smt"),
+        ("rpciod", "affinity_strict", "1"),
+        ("nfsiod", "affinity_scope", "system"),
+        ("rpciod", "affinity_scope", "default"),
+    ] {
+        let set = Request::Set {
+            queue: queue.into(),
+            attr: attr.into(),
+            value: value.into(),
+        };
+        client.call(&set).unwrap();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let get = Request::Get {
+        queue: "nfsiod".into(),
+        attr: "affinity_scope".into(),
+    };
+    assert_eq!(client.call(&get).unwrap().value.unwrap(), "system");
+    let stats = client
+        .call(&Request::Stats { queue: None })
+        .unwrap()
+        .stats
+        .unwrap();
+    assert_eq!(stats.len(), 2);
+    if cfg!(feature = "stats") {
+        assert!(stats
+            .iter()
+            .all(|s| s["totals"]["started"].as_u64().unwrap() > 0));
+    }
+    drop(client);
+
+    let status = child.wait().unwrap();
+    let rest: Vec<String> = lines.map(Result::unwrap).collect();
+    assert!(status.success(), "{rest:?}");
+    assert!(
+        rest.iter()
+            .any(|l| l == "nfs_chain: every completion ran once on each queue"),
+        "{rest:?}"
+    );
+    assert!(!socket.exists(), "the socket is removed at exit");
+}
