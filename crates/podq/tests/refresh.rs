@@ -1,6 +1,6 @@
 //! `podq::topology::refresh`: the usable CPUs change under the process and live
 //! workqueues re-pod without losing work. The usable set is process-wide, so these
-//! tests run one at a time in their own binary. They need two usable CPUs.
+//! tests run one at a time in their own binary. The first two need two usable CPUs.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Barrier, Mutex};
@@ -181,4 +181,40 @@ fn refresh_reads_the_narrowed_affinity() {
     for cpu in restored.iter() {
         assert_eq!(ran_on(&wq, cpu), cpu);
     }
+}
+
+#[test]
+fn workers_whose_affinity_cannot_be_set_still_run_their_items() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let all = podq::topology::live::affinity().unwrap();
+    // Pretend the OS reported a CPU that is not there: `sched_setaffinity` to it fails
+    // with EINVAL, as it does for a CPU taken away by a shrinking cpuset.
+    let ghost = 1000;
+    let mut with_ghost = all.clone();
+    with_ghost.insert(ghost);
+    refresh_with(with_ghost).unwrap();
+    let topo = fake_topology(1, 1, all.len() + 1, 1);
+    let cpus = topo.usable().clone();
+    let wq = Workqueue::builder("refresh-ghost")
+        .topology(topo)
+        .scope(Scope::Cpu)
+        .strict(true)
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    for cpu in cpus.iter() {
+        for _ in 0..10 {
+            let r = runs.clone();
+            podq::set_thread_cpu(Some(cpu));
+            wq.spawn(move || {
+                r.fetch_add(1, SeqCst);
+            });
+        }
+    }
+    podq::set_thread_cpu(None);
+    wq.flush();
+    refresh_with(all).unwrap();
+    assert_eq!(runs.load(SeqCst), 10 * cpus.len(), "every item ran");
+    let failures: u64 = wq.stats().pools.iter().map(|p| p.affinity_failures).sum();
+    assert!(failures >= 1, "the refused pinning was counted");
 }
