@@ -1,5 +1,6 @@
 //! `podq ctl`: list workqueues, read and write their attributes, read and change the
-//! process default scope — with the kernel's sysfs value strings.
+//! process default scope — with the kernel's sysfs value strings — and make the process
+//! re-read its usable CPUs.
 
 use std::io::Write;
 
@@ -48,6 +49,9 @@ enum Action {
         /// The new default scope (not `default`).
         scope: Option<String>,
     },
+    /// Make the process re-read its usable CPUs (online, affinity, cgroup cpuset) and
+    /// re-pod its workqueues; prints the usable CPU list.
+    Refresh,
 }
 
 /// Runs `podq ctl`.
@@ -79,6 +83,7 @@ pub fn run(args: CtlArgs) -> Result<()> {
             },
             "set the default scope".to_owned(),
         ),
+        Action::Refresh => (Request::Refresh, "refresh the usable CPUs".to_owned()),
     };
     let reply = client
         .call(&request)

@@ -2,7 +2,7 @@
 //! override, and the mapping of a (possibly fake) topology onto the real CPUs.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::{PoisonError, RwLock};
 
 use podq_topology::{CpuFacts, CpuSet, Topology};
 
@@ -25,16 +25,30 @@ pub fn current_cpu() -> usize {
 }
 
 /// The real CPU this thread runs on (0 if the kernel cannot say).
+#[cfg(not(miri))]
 pub(crate) fn real_cpu() -> usize {
     // SAFETY: sched_getcpu takes no arguments and only reads the calling thread's state.
     let cpu = unsafe { libc::sched_getcpu() };
     usize::try_from(cpu).unwrap_or(0)
 }
 
-/// The CPUs this process may run on, read once (`sched_getaffinity`).
-pub(crate) fn real_cpus() -> &'static CpuSet {
-    static REAL: OnceLock<CpuSet> = OnceLock::new();
-    REAL.get_or_init(|| {
+/// Under Miri, which has no `sched_getcpu`: CPU 0, the first CPU of its affinity set.
+#[cfg(miri)]
+pub(crate) fn real_cpu() -> usize {
+    0
+}
+
+/// The CPUs this process may run on (behind its lock): its affinity at first use
+/// (`sched_getaffinity`), replaced by [`set_real_cpus`] on a refresh.
+static REAL: RwLock<Option<CpuSet>> = RwLock::new(None);
+
+/// The CPUs this process may run on now.
+pub(crate) fn real_cpus() -> CpuSet {
+    if let Some(set) = REAL.read().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        return set.clone();
+    }
+    let mut real = REAL.write().unwrap_or_else(PoisonError::into_inner);
+    real.get_or_insert_with(|| {
         let set = process_affinity().unwrap_or_default();
         if set.is_empty() {
             CpuSet::single(real_cpu())
@@ -42,6 +56,29 @@ pub(crate) fn real_cpus() -> &'static CpuSet {
             set
         }
     })
+    .clone()
+}
+
+/// Replaces the usable real CPUs (a refresh); `cpus` is not empty.
+pub(crate) fn set_real_cpus(cpus: CpuSet) {
+    *REAL.write().unwrap_or_else(PoisonError::into_inner) = Some(cpus);
+}
+
+/// Reads the CPUs usable now: online ∩ the calling thread's affinity ∩ the cgroup's
+/// effective cpuset.
+pub(crate) fn read_usable() -> Result<CpuSet, Error> {
+    let online_path = "/sys/devices/system/cpu/online";
+    let online = std::fs::read_to_string(online_path)
+        .map_err(|source| podq_topology::Error::Io {
+            path: online_path.into(),
+            source,
+        })
+        .and_then(|text| CpuSet::parse_list(&text))?;
+    let mut usable = online.intersection(&podq_topology::live::affinity()?);
+    if let Some(cgroup) = podq_topology::live::cgroup_cpuset() {
+        usable = usable.intersection(&cgroup);
+    }
+    Ok(usable)
 }
 
 fn process_affinity() -> Result<CpuSet, Error> {
@@ -130,7 +167,7 @@ pub(crate) fn live_topology() -> Topology {
 
 /// One core per usable CPU, one LLC, one node.
 fn affinity_topology() -> Topology {
-    let real = real_cpus().clone();
+    let real = real_cpus();
     let facts: Vec<(usize, CpuFacts)> = real
         .iter()
         .map(|c| {
@@ -161,7 +198,7 @@ impl CpuMap {
     pub(crate) fn new(topology: &Topology) -> CpuMap {
         let real = real_cpus();
         let usable = topology.usable();
-        let identity = usable.is_subset(real);
+        let identity = usable.is_subset(&real);
         let reals: Vec<usize> = real.iter().collect();
         let size = usable.last().map_or(0, |c| c + 1);
         let real_of = (0..size)
@@ -231,7 +268,7 @@ mod tests {
         let topo = crate::testing::fake_topology(2, 2, 2, 2);
         let map = CpuMap::new(&topo);
         let reals: Vec<usize> = real_cpus().iter().collect();
-        let identity = topo.usable().is_subset(real_cpus());
+        let identity = topo.usable().is_subset(&real_cpus());
         for v in 0..16 {
             let expected = if identity { v } else { reals[v % reals.len()] };
             assert_eq!(map.real_of(v), Some(expected));

@@ -25,7 +25,10 @@
 //!   instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
 //!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
-//!   see a worker sleep. There is no rescuer (no memory-reclaim context in user space).
+//!   see a worker sleep.
+//! - Rescuers are opt-in per workqueue ([`WorkqueueBuilder::rescuer`]) and answer only
+//!   failed thread creation (there is no memory-reclaim context in user space); the
+//!   cooldown retry runs on one process-wide manager thread, not on a pool's worker.
 //! - Non-strict repatriation: the woken worker narrows its own affinity to the pod and
 //!   widens it again (the kernel sets `wake_cpu` instead); it is counted the same way.
 //! - Flush uses unbounded generations instead of 16 colours (see `workqueue/README.md`).
@@ -39,6 +42,7 @@ pub mod control;
 mod cpu;
 mod delayed;
 mod error;
+pub mod fault;
 mod join;
 pub mod policy;
 mod pool;
@@ -49,14 +53,21 @@ pub mod testing;
 mod work;
 mod workqueue;
 
+/// The topology layer (everything of `podq_topology`), plus [`topology::refresh`], which
+/// re-reads the usable CPUs and re-pods live workqueues.
+pub mod topology {
+    pub use crate::workqueue::refresh::refresh;
+    pub use podq_topology::*;
+}
+
 use std::sync::{Arc, RwLock};
 
 pub use attrs::Attrs;
 pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
 pub use delayed::DelayedWork;
 pub use error::Error;
+pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
 pub use join::{JoinHandle, Panicked};
-pub use podq_topology as topology;
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;

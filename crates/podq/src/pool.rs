@@ -20,6 +20,9 @@ use std::sync::Arc;
 use crate::sync::{lock, lock_std, thread, Mutex, MutexGuard};
 use crate::work::{Entry, EntryMeta, Start, Task};
 
+mod rescue;
+pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
+
 thread_local! {
     /// W: the pool this thread works for, if it is a worker.
     static WORKER_POOL: RefCell<Option<Arc<PoolCore>>> = const { RefCell::new(None) };
@@ -270,6 +273,9 @@ impl PoolCore {
                     .map_or(Action::Nothing, Action::Unpark)
             }
             Kick::Create => {
+                if rescue::cooling(self.id) {
+                    return Action::Nothing; // the manager retries after the cooldown
+                }
                 let slot = WorkerSlot {
                     thread: None,
                     last_cpu: self.key.pod.first().unwrap_or(0),
@@ -305,23 +311,13 @@ impl PoolCore {
     fn spawn_worker(self: &Arc<Self>, index: usize) {
         let core = Arc::clone(self);
         let name = format!("podq/u{}:{}", self.id, index);
-        match std::thread::Builder::new()
-            .name(name)
-            .spawn(move || worker_main(core, index))
-        {
+        let builder = std::thread::Builder::new().name(name);
+        match crate::fault::spawn_worker_thread(builder, move || worker_main(core, index)) {
             Ok(handle) => {
                 self.stats.workers_created.inc();
                 lock_std(&self.joins).push(handle);
             }
-            Err(_) => {
-                self.stats.worker_spawn_failures.inc();
-                let mut st = lock(&self.state);
-                st.slots[index] = None;
-                st.nr_workers -= 1;
-                st.nr_running -= 1;
-                // Another worker (or the next queue call) will pick the items up; with
-                // no worker at all they wait for the next queue call to try again.
-            }
+            Err(e) => self.spawn_failed(index, e),
         }
     }
 

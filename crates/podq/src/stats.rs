@@ -126,6 +126,8 @@ pub(crate) struct PoolCounters {
     pub(crate) workers_created: Counter,
     pub(crate) workers_reaped: Counter,
     pub(crate) worker_spawn_failures: Counter,
+    pub(crate) maydays: Counter,
+    pub(crate) rescued: Counter,
     pub(crate) affinity_failures: Counter,
     pub(crate) nice_failures: Counter,
     pub(crate) enqueue_lock: LockCounters,
@@ -363,8 +365,13 @@ pub struct PoolStats {
     pub workers_created: u64,
     /// Worker threads that exited after idling too long.
     pub workers_reaped: u64,
-    /// Worker threads that could not be started.
+    /// Worker threads that could not be started (each retried after the create
+    /// cooldown and reported to the error hook).
     pub worker_spawn_failures: u64,
+    /// Calls for help sent to rescuers while no worker could be started.
+    pub maydays: u64,
+    /// Items run by rescuers.
+    pub rescued: u64,
     /// Workers whose CPU affinity could not be set.
     pub affinity_failures: u64,
     /// Workers whose nice value could not be set (e.g. EPERM for negative nice).
@@ -403,6 +410,8 @@ impl PoolStats {
             workers_created: c.workers_created.get(),
             workers_reaped: c.workers_reaped.get(),
             worker_spawn_failures: c.worker_spawn_failures.get(),
+            maydays: c.maydays.get(),
+            rescued: c.rescued.get(),
             affinity_failures: c.affinity_failures.get(),
             nice_failures: c.nice_failures.get(),
             enqueue_lock: c.enqueue_lock.snapshot(),

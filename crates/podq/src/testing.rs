@@ -3,6 +3,8 @@
 
 use podq_topology::{CpuFacts, CpuSet, Topology};
 
+pub use crate::workqueue::refresh::refresh_with;
+
 /// A machine of `nodes` NUMA nodes, each with `llcs` last-level caches of `cores` cores
 /// of `threads` hardware threads, numbered linearly (a core's threads are adjacent).
 ///

@@ -11,6 +11,7 @@
 
 mod control;
 pub(crate) mod flush;
+pub(crate) mod refresh;
 
 use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
@@ -45,6 +46,24 @@ thread_local! {
 /// handle is dropped the workqueue is drained, its delayed items still on the timer are
 /// cancelled (and counted as cancelled), and the workers of pools no other workqueue
 /// uses are stopped and joined.
+///
+/// # Shutdown
+/// Dropping the last handle (`destroy_workqueue`):
+/// 1. Queued items, on worklists or waiting for an active slot, all run: the drop
+///    drains the workqueue, accepting only chained queueing from its own items; timers
+///    that fire meanwhile queue their items, which run too.
+/// 2. Running items are waited for.
+/// 3. Delayed items still on the timer are cancelled: they are idle again (free to be
+///    queued elsewhere) and never fire. The kernel leaves them to the caller.
+/// 4. Pools no other workqueue uses stop; their workers exit and are joined.
+///
+/// Dropped inside one of its own items (an item held the last handle), the workqueue
+/// cannot wait for itself: the drop returns at once, and the items still queued run
+/// afterwards, after which the pools stop and their workers exit on their own.
+///
+/// Process exit never waits for podq: workers and the timer are ordinary threads that
+/// exit with the process. Items still queued, running or on the timer at that moment
+/// do not run; drop (or flush) workqueues before leaving `main` to run them.
 ///
 /// ```
 /// use podq::{Scope, Workqueue};
@@ -136,6 +155,8 @@ pub(crate) struct WqShared {
     topology_id: u64,
     /// I: virtual → real CPUs.
     cpu_map: CpuMap,
+    /// I: built on the live machine: its usable CPUs follow `topology::refresh`.
+    live: bool,
     /// I: idle timeout of its pools' workers.
     idle_timeout: Duration,
     /// I: node id → index in `nodes` (the last index is the fallback counter).
@@ -268,6 +289,7 @@ pub struct WorkqueueBuilder {
     nice: i32,
     topology: Option<Topology>,
     idle_timeout: Duration,
+    rescuer: bool,
 }
 
 impl WorkqueueBuilder {
@@ -326,6 +348,15 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// Give the workqueue a rescuer thread (default: false), as the kernel's
+    /// `WQ_MEM_RECLAIM`: when a pool cannot start a worker (thread limits), the rescuer
+    /// is called after 10 ms and runs this workqueue's items there, so they progress
+    /// while creation keeps failing. Costs one idle thread per workqueue.
+    pub fn rescuer(mut self, rescuer: bool) -> Self {
+        self.rescuer = rescuer;
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -334,6 +365,7 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
+        let live = self.topology.is_none();
         let topology = match self.topology {
             Some(t) => t,
             None => cpu::live_topology(),
@@ -348,6 +380,7 @@ impl WorkqueueBuilder {
             ordered: self.ordered,
         };
         attrs.validate()?;
+        pool::start_manager()?;
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
         let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
@@ -360,6 +393,7 @@ impl WorkqueueBuilder {
             ordered: self.ordered,
             topology_id: topology_id(&topology),
             cpu_map: CpuMap::new(&topology),
+            live,
             topology: Arc::new(topology),
             idle_timeout: self.idle_timeout,
             node_index,
@@ -382,6 +416,9 @@ impl WorkqueueBuilder {
         {
             let mut cfg = lock(&shared.config);
             shared.apply(&mut cfg, attrs)?;
+        }
+        if self.rescuer {
+            pool::start_rescuer(shared.id, &shared.name)?;
         }
         let mut wqs = lock(registry());
         wqs.retain(|w| w.strong_count() > 0);
@@ -414,6 +451,7 @@ impl Workqueue {
             nice: 0,
             topology: None,
             idle_timeout: policy::IDLE_WORKER_TIMEOUT,
+            rescuer: false,
         }
     }
 
@@ -588,9 +626,14 @@ impl WqShared {
 impl Drop for WqHandle {
     fn drop(&mut self) {
         let wq = &self.shared;
+        // Dropped inside one of its own items, the workqueue cannot wait for itself:
+        // its pwqs that still hold items then retire on their own as their last item
+        // completes (`Pwq::complete`), activating waiting items on the way, so none is
+        // lost. After a drain every pwq is empty and retires here.
         if pool::current_wq() != wq.id {
             pool::blocking(|| wq.drain());
         }
+        pool::stop_rescuer(wq.id);
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
@@ -603,16 +646,18 @@ impl Drop for WqHandle {
             }),
         );
         drop(old);
-        let retiring: Vec<Arc<Pwq>> = std::mem::take(&mut *lock(&wq.pwqs));
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
-        for pwq in &retiring {
+        let mut retiring: Vec<Arc<Pwq>> = Vec::new();
+        lock(&wq.pwqs).retain(|pwq| {
             let mut st = lock(&pwq.state);
             st.current = false;
-            st.dead = true;
-        }
-        for node in &wq.nodes {
-            lock(&node.pending).clear();
-        }
+            st.dead = st.in_flight.is_empty();
+            if st.dead {
+                retiring.push(Arc::clone(pwq));
+            }
+            !st.dead
+        });
+        wq.unplug_oldest();
+        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
         // join them here (never from a worker, and never under a lock).
         drop(retiring);
@@ -856,13 +901,8 @@ impl WqShared {
     fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
         // Prepare.
         attrs.validate()?;
-        let usable = self.topology.usable();
-        let effective = policy::effective_cpumask(&attrs.cpumask, usable).ok_or_else(|| {
-            Error::NoUsableCpu {
-                mask: attrs.cpumask.clone(),
-                usable: usable.clone(),
-            }
-        })?;
+        let usable = &self.usable_now();
+        let effective = refresh::effective_cpumask(&attrs.cpumask, usable, &self.topology)?;
         let scope = attrs.scope.resolve(default_scope());
         let layout = if self.ordered {
             None

@@ -76,6 +76,12 @@ pub trait ControlTarget: Send + Sync {
     /// Stats snapshots as JSON objects, each with at least a `name`: of every visible
     /// workqueue, or of the one named.
     fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error>;
+
+    /// Re-reads the usable CPUs and re-pods live workqueues; returns the usable CPUs.
+    /// By default the process's own [`crate::topology::refresh`].
+    fn refresh(&self) -> Result<crate::topology::CpuSet, Error> {
+        crate::topology::refresh()
+    }
 }
 
 /// Answers one request against `target`. Never panics on any request; every failure is
@@ -131,6 +137,7 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, E
             target.set_default_scope(scope)?;
             Ok(Reply::value(target.default_scope().name().to_owned()))
         }
+        Request::Refresh => Ok(Reply::value(target.refresh()?.to_list())),
         Request::Stats { queue } => {
             if let Some(name) = &queue {
                 find(name)?;
@@ -152,6 +159,14 @@ mod tests {
     fn req(line: &str) -> Reply {
         let target = MockTarget::new();
         dispatch(&target, protocol::parse_request(line.as_bytes()).unwrap())
+    }
+
+    #[test]
+    #[cfg_attr(miri, ignore = "reads /sys and /proc")]
+    fn refresh_reports_the_usable_cpus() {
+        let reply = req(r#"{"cmd":"refresh"}"#);
+        let live = crate::topology::Topology::live().unwrap();
+        assert_eq!(reply, Reply::value(live.usable().to_list()));
     }
 
     #[test]

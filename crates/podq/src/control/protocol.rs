@@ -43,6 +43,9 @@ pub enum Request {
         /// The new default scope's name.
         value: String,
     },
+    /// `{"cmd":"refresh"}`: re-read the usable CPUs and re-pod live workqueues
+    /// ([`crate::topology::refresh`]); the reply's value is the usable CPU list.
+    Refresh,
     /// `{"cmd":"stats"}` or `{"cmd":"stats","queue":Q}`: stats snapshots.
     Stats {
         /// Only this workqueue.
@@ -321,6 +324,7 @@ mod tests {
             Request::SetDefaultScope {
                 value: "smt".into(),
             },
+            Request::Refresh,
             Request::Stats { queue: None },
             Request::Stats {
                 queue: Some("nfsiod".into()),

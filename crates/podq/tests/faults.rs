@@ -1,0 +1,207 @@
+//! Worker threads that cannot be created: injected with `podq::fault::fail_worker_spawns`
+//! (the failure the OS gives at a thread limit, `EAGAIN`). Injection is process-wide, so
+//! these tests run one at a time in their own test binary.
+//!
+//! Each test builds its workqueue with an idle timeout no other test uses: pools are
+//! shared by key, and the timeout is part of it, so the pools start with no worker.
+
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use podq::fault::{fail_worker_spawns, set_create_cooldown, CREATE_COOLDOWN};
+use podq::testing::fake_topology;
+use podq::{DelayedWork, Error, Scope, Work, Workqueue};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Serialises the tests and restores the process settings when dropped.
+struct Faults {
+    hook_calls: Arc<AtomicUsize>,
+    _serial: MutexGuard<'static, ()>,
+}
+
+impl Faults {
+    fn new(cooldown: Duration) -> Faults {
+        let serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+        set_create_cooldown(cooldown);
+        let hook_calls = Arc::new(AtomicUsize::new(0));
+        let calls = hook_calls.clone();
+        podq::set_error_hook(move |report| {
+            assert!(
+                matches!(report.error, Error::Os { source, .. }
+                    if source.raw_os_error() == Some(libc::EAGAIN)),
+                "unexpected report {report:?}"
+            );
+            calls.fetch_add(1, SeqCst);
+        });
+        Faults {
+            hook_calls,
+            _serial: serial,
+        }
+    }
+}
+
+impl Drop for Faults {
+    fn drop(&mut self) {
+        fail_worker_spawns(0);
+        set_create_cooldown(CREATE_COOLDOWN);
+        podq::clear_error_hook();
+    }
+}
+
+fn counter() -> Arc<AtomicUsize> {
+    Arc::new(AtomicUsize::new(0))
+}
+
+/// Flushes `wq` on another thread; returns whether it finished within `limit`.
+fn flush_within(wq: &Workqueue, limit: Duration) -> bool {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let wq = wq.clone();
+    std::thread::spawn(move || {
+        wq.flush();
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(limit).is_ok()
+}
+
+#[test]
+fn rescuer_runs_the_items_while_no_worker_can_start() {
+    let faults = Faults::new(CREATE_COOLDOWN);
+    let wq = Workqueue::builder("fault-rescued")
+        .topology(fake_topology(2, 1, 2, 1))
+        .scope(Scope::Numa)
+        .max_active(8)
+        .idle_timeout(Duration::from_millis(1001))
+        .rescuer(true)
+        .build()
+        .unwrap();
+    fail_worker_spawns(u64::MAX);
+    let runs = counter();
+    for i in 0..200 {
+        let r = runs.clone();
+        podq::set_thread_cpu(Some(i % 4));
+        wq.spawn(move || {
+            r.fetch_add(1, SeqCst);
+        });
+    }
+    podq::set_thread_cpu(None);
+    let work_runs = counter();
+    let work = {
+        let r = work_runs.clone();
+        Work::new(move || {
+            r.fetch_add(1, SeqCst);
+        })
+    };
+    assert!(wq.queue(&work));
+    let delayed = {
+        let r = work_runs.clone();
+        DelayedWork::new(move || {
+            r.fetch_add(1, SeqCst);
+        })
+    };
+    assert!(wq.queue_delayed(&delayed, Duration::from_millis(5)));
+    let joined = wq.spawn(|| 42);
+    assert_eq!(joined.join().unwrap(), 42, "a joined item completes");
+    assert!(
+        flush_within(&wq, Duration::from_secs(20)),
+        "flush completed with every spawn failing"
+    );
+    delayed.flush();
+    assert_eq!(runs.load(SeqCst), 200);
+    assert_eq!(work_runs.load(SeqCst), 2);
+    let stats = wq.stats();
+    let sum = |f: fn(&podq::stats::PoolStats) -> u64| stats.pools.iter().map(f).sum::<u64>();
+    assert_eq!(sum(|p| p.workers_created), 0, "no worker ever started");
+    assert!(sum(|p| p.worker_spawn_failures) >= 1);
+    assert!(sum(|p| p.maydays) >= 1);
+    assert_eq!(sum(|p| p.rescued), 203, "the rescuer ran every item");
+    assert_eq!(stats.totals.completed, 203);
+    assert!(
+        faults.hook_calls.load(SeqCst) >= 1,
+        "failure reported to the hook"
+    );
+    eprintln!(
+        "rescued: {} items, {} spawn failures, {} maydays, {} hook calls",
+        sum(|p| p.rescued),
+        sum(|p| p.worker_spawn_failures),
+        sum(|p| p.maydays),
+        faults.hook_calls.load(SeqCst)
+    );
+    drop(wq);
+}
+
+#[test]
+fn without_a_rescuer_items_wait_and_run_once_creation_recovers() {
+    let cooldown = Duration::from_millis(20);
+    let faults = Faults::new(cooldown);
+    let wq = Workqueue::builder("fault-waiting")
+        .idle_timeout(Duration::from_millis(1002))
+        .build()
+        .unwrap();
+    fail_worker_spawns(u64::MAX);
+    let runs = counter();
+    for _ in 0..100 {
+        let r = runs.clone();
+        wq.spawn(move || {
+            r.fetch_add(1, SeqCst);
+        });
+    }
+    // Nothing can run; the pool retries every cooldown and reports each failure.
+    let start = Instant::now();
+    while faults.hook_calls.load(SeqCst) < 4 && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(runs.load(SeqCst), 0, "no worker, no rescuer: nothing ran");
+    let stats = wq.stats();
+    let failures: u64 = stats.pools.iter().map(|p| p.worker_spawn_failures).sum();
+    assert!(
+        failures >= 4,
+        "retried after each cooldown ({failures} failures)"
+    );
+    assert!(faults.hook_calls.load(SeqCst) >= 4);
+    assert_eq!(stats.totals.queued, 100, "every item is still held");
+    assert_eq!(stats.totals.started, 0);
+    // The limit lifts: the next retry starts a worker and everything runs, once.
+    fail_worker_spawns(0);
+    assert!(
+        flush_within(&wq, Duration::from_secs(20)),
+        "items ran once creation recovered"
+    );
+    assert_eq!(runs.load(SeqCst), 100);
+    let stats = wq.stats();
+    assert!(stats.pools.iter().map(|p| p.workers_created).sum::<u64>() >= 1);
+    assert_eq!(stats.totals.completed, 100);
+    eprintln!("waited out {failures} spawn failures, then ran 100 items");
+}
+
+#[test]
+fn a_few_failures_are_absorbed_by_the_retry() {
+    let faults = Faults::new(Duration::from_millis(10));
+    let wq = Workqueue::builder("fault-few")
+        .topology(fake_topology(1, 1, 4, 1))
+        .scope(Scope::Cpu)
+        .idle_timeout(Duration::from_millis(1003))
+        .build()
+        .unwrap();
+    fail_worker_spawns(3);
+    let runs = counter();
+    for i in 0..400 {
+        let r = runs.clone();
+        podq::set_thread_cpu(Some(i % 4));
+        wq.spawn(move || {
+            r.fetch_add(1, SeqCst);
+        });
+    }
+    podq::set_thread_cpu(None);
+    assert!(flush_within(&wq, Duration::from_secs(20)));
+    assert_eq!(runs.load(SeqCst), 400);
+    let failures: u64 = wq
+        .stats()
+        .pools
+        .iter()
+        .map(|p| p.worker_spawn_failures)
+        .sum();
+    assert_eq!(failures, 3);
+    assert_eq!(faults.hook_calls.load(SeqCst), 3);
+}
