@@ -64,7 +64,7 @@ pub(crate) fn set_real_cpus(cpus: CpuSet) {
     *REAL.write().unwrap_or_else(PoisonError::into_inner) = Some(cpus);
 }
 
-/// Reads the CPUs usable now: online ∩ the calling thread's affinity ∩ the cgroup's
+/// Reads the CPUs usable now: online ∩ the process's affinity mask ∩ the cgroup's
 /// effective cpuset.
 pub(crate) fn read_usable() -> Result<CpuSet, Error> {
     let online_path = "/sys/devices/system/cpu/online";
@@ -74,7 +74,7 @@ pub(crate) fn read_usable() -> Result<CpuSet, Error> {
             source,
         })
         .and_then(|text| CpuSet::parse_list(&text))?;
-    let mut usable = online.intersection(&podq_topology::live::affinity()?);
+    let mut usable = online.intersection(&process_affinity()?);
     if let Some(cgroup) = podq_topology::live::cgroup_cpuset() {
         usable = usable.intersection(&cgroup);
     }
@@ -84,9 +84,13 @@ pub(crate) fn read_usable() -> Result<CpuSet, Error> {
 fn process_affinity() -> Result<CpuSet, Error> {
     // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
     let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // The process's (main thread's) mask, not the calling thread's: a pinned thread
+    // building the first workqueue must not narrow what podq believes it may use.
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
     // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
     let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
+        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
     if rc != 0 {
         return Err(Error::Os {
             call: "sched_getaffinity",
@@ -149,9 +153,20 @@ pub fn pin_thread_to(cpu: usize, topology: &Topology) -> Result<(), Error> {
     Ok(())
 }
 
-/// The machine podq runs on, as far as `sched_getaffinity` tells: one core per usable
-/// CPU, one LLC, one node. Used when a workqueue is built without a topology.
-pub(crate) fn live_topology() -> Result<Topology, Error> {
+/// The machine podq runs on: [`Topology::live`] (sysfs, narrowed to the usable CPUs);
+/// where sysfs cannot be read (some containers), the CPUs `sched_getaffinity` gives as one
+/// core each, one LLC, one node, with a warning on the topology saying so.
+pub(crate) fn live_topology() -> Topology {
+    match Topology::live() {
+        Ok(topology) => topology,
+        Err(e) => affinity_topology().with_warning(format!(
+            "sysfs topology unavailable ({e}); using the affinity mask as one LLC and one node"
+        )),
+    }
+}
+
+/// One core per usable CPU, one LLC, one node.
+fn affinity_topology() -> Topology {
     let real = real_cpus();
     let facts: Vec<(usize, CpuFacts)> = real
         .iter()
@@ -167,7 +182,8 @@ pub(crate) fn live_topology() -> Result<Topology, Error> {
             )
         })
         .collect();
-    Ok(Topology::from_parts(real.clone(), real, facts)?)
+    Topology::from_parts(real.clone(), real, facts)
+        .expect("a non-empty CPU set with facts for each CPU is consistent")
 }
 
 /// How the CPUs of a topology map onto the real CPUs: identity when every usable CPU is
@@ -258,10 +274,11 @@ mod tests {
             assert_eq!(map.real_of(v), Some(expected));
         }
         assert_eq!(map.real_of(16), None);
-        let live = live_topology().unwrap();
-        let map = CpuMap::new(&live);
-        for c in real_cpus().iter() {
-            assert_eq!(map.real_of(c), Some(c));
+        for live in [live_topology(), affinity_topology()] {
+            let map = CpuMap::new(&live);
+            for c in live.usable().iter() {
+                assert_eq!(map.real_of(c), Some(c), "real CPUs map to themselves");
+            }
         }
     }
 }

@@ -15,10 +15,9 @@ use crate::attrs::PoolKey;
 use crate::cpu::{self, CpuMap};
 use crate::policy::{self, Kick, PoolLoad};
 use crate::stats::PoolCounters;
-use std::sync::{Arc, Mutex};
-use std::thread;
+use std::sync::Arc;
 
-use crate::sync::lock_std as lock;
+use crate::sync::{lock, lock_std, thread, Mutex, MutexGuard};
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
@@ -66,6 +65,46 @@ struct WorkerSlot {
     repatriate: bool,
 }
 
+impl PoolState {
+    /// Sleep/wake, waker side (under the lock): takes the idle worker at position `at`
+    /// off the idle list, counts it running and marks it woken. Returns its thread, to
+    /// unpark once the lock is released.
+    fn wake_at(&mut self, at: usize, repatriate: bool) -> Option<thread::Thread> {
+        let index = self.idle.remove(at)?;
+        self.nr_running += 1;
+        let slot = self.slots[index].as_mut()?;
+        slot.woken = true;
+        slot.repatriate = repatriate;
+        slot.thread.clone()
+    }
+
+    /// Sleep/wake, sleeper side (under the lock, after finding the worklist empty):
+    /// worker `index` stops counting as running and joins the idle list (newest last).
+    fn go_idle(&mut self, index: usize, last_cpu: usize) {
+        self.nr_running -= 1;
+        if let Some(slot) = self.slots[index].as_mut() {
+            slot.woken = false;
+            slot.idle_since = Instant::now();
+            slot.last_cpu = last_cpu;
+        }
+        self.idle.push_back(index);
+    }
+}
+
+/// Sleep/wake, sleeper side (after `go_idle`, lock released): parks once and returns
+/// the lock and whether a waker marked worker `index` woken. `false` means a timeout or
+/// a spurious wake-up; the caller decides whether to park again.
+fn sleep_once(
+    state: &Mutex<PoolState>,
+    index: usize,
+    timeout: Duration,
+) -> (MutexGuard<'_, PoolState>, bool) {
+    thread::park_timeout(timeout);
+    let st = lock(state);
+    let woken = st.slots[index].as_ref().is_some_and(|s| s.woken);
+    (st, woken)
+}
+
 /// Everything the pool lock guards (all L).
 #[derive(Default)]
 pub(crate) struct PoolState {
@@ -107,7 +146,7 @@ pub(crate) struct PoolCore {
     /// A: counters.
     pub(crate) stats: PoolCounters,
     /// J: join handles of started workers.
-    joins: Mutex<Vec<JoinHandle<()>>>,
+    joins: std::sync::Mutex<Vec<JoinHandle<()>>>,
 }
 
 /// What to do once the pool lock is released.
@@ -146,7 +185,7 @@ impl Pool {
                 idle_timeout,
                 state: Mutex::new(PoolState::default()),
                 stats: PoolCounters::default(),
-                joins: Mutex::new(Vec::new()),
+                joins: std::sync::Mutex::new(Vec::new()),
             }),
         }
     }
@@ -179,7 +218,7 @@ impl PoolCore {
             return;
         }
         let me = std::thread::current().id();
-        let joins = std::mem::take(&mut *lock(&self.joins));
+        let joins = std::mem::take(&mut *lock_std(&self.joins));
         for handle in joins {
             if handle.thread().id() != me {
                 let _ = handle.join();
@@ -223,17 +262,15 @@ impl PoolCore {
                 let Some((at, repatriate)) = pick else {
                     return Action::Nothing;
                 };
-                let Some(index) = st.idle.remove(at) else {
-                    return Action::Nothing;
-                };
-                st.nr_running += 1;
-                let slot = st.slots[index].as_mut().expect("idle workers have slots");
-                slot.woken = true;
-                slot.repatriate = repatriate;
                 if repatriate {
+                    // Charged, as in the kernel, to the workqueue of the first waiting item.
                     self.stats.items.repatriated.inc();
+                    if let Some(first) = st.worklist.front() {
+                        first.meta.pwq.wq.counters.repatriated.inc();
+                    }
                 }
-                slot.thread.clone().map_or(Action::Nothing, Action::Unpark)
+                st.wake_at(at, repatriate)
+                    .map_or(Action::Nothing, Action::Unpark)
             }
             Kick::Create => {
                 if rescue::cooling(self.id) {
@@ -278,7 +315,7 @@ impl PoolCore {
         match crate::fault::spawn_worker_thread(builder, move || worker_main(core, index)) {
             Ok(handle) => {
                 self.stats.workers_created.inc();
-                lock(&self.joins).push(handle);
+                lock_std(&self.joins).push(handle);
             }
             Err(e) => self.spawn_failed(index, e),
         }
@@ -361,13 +398,7 @@ fn worker_main(pool: Arc<PoolCore>, index: usize) {
         if st.shutdown {
             break;
         }
-        st.nr_running -= 1;
-        let last_cpu = pool.worker_cpu();
-        let slot = st.slots[index].as_mut().expect("a worker's own slot");
-        slot.woken = false;
-        slot.idle_since = Instant::now();
-        slot.last_cpu = last_cpu;
-        st.idle.push_back(index);
+        st.go_idle(index, pool.worker_cpu());
         drop(st);
         let now = thread_cpu_ns();
         pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
@@ -404,12 +435,11 @@ fn worker_main(pool: Arc<PoolCore>, index: usize) {
 
 /// Sleeps on the idle list until woken (returns the lock and whether to repatriate) or
 /// until reaped or shut down (returns `None`; the worker has left the pool).
-fn idle(pool: &PoolCore, index: usize) -> Option<(std::sync::MutexGuard<'_, PoolState>, bool)> {
+fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, bool)> {
     loop {
-        thread::park_timeout(pool.idle_timeout);
-        let mut st = lock(&pool.state);
+        let (mut st, woken) = sleep_once(&pool.state, index, pool.idle_timeout);
         let slot = st.slots[index].as_ref().expect("a worker's own slot");
-        if slot.woken {
+        if woken {
             let repatriate = slot.repatriate;
             return Some((st, repatriate));
         }
@@ -428,7 +458,7 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(std::sync::MutexGuard<'_, Pool
             if reap {
                 // Nobody will join a reaped worker: detach it.
                 let me = std::thread::current().id();
-                lock(&pool.joins).retain(|h| h.thread().id() != me);
+                lock_std(&pool.joins).retain(|h| h.thread().id() != me);
             }
             return None;
         }
@@ -553,4 +583,72 @@ fn thread_cpu_ns() -> u64 {
         }
     }
     0
+}
+
+/// Loom model of the sleep/wake protocol on the real `PoolState::go_idle`,
+/// `PoolState::wake_at` and `sleep_once`:
+/// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+    /// A queuer publishes work (a flag standing in for the worklist, checked under the
+    /// pool lock as the worklist is) while the worker goes idle: the worker always sees
+    /// the work, never sleeping through its wake-up.
+    #[test]
+    fn loom_no_lost_wake_up() {
+        loom::model(|| {
+            let state = std::sync::Arc::new(Mutex::new(PoolState::default()));
+            let work = std::sync::Arc::new(AtomicBool::new(false));
+            {
+                let mut st = lock(&state);
+                st.slots.push(Some(WorkerSlot {
+                    thread: None,
+                    last_cpu: 0,
+                    idle_since: Instant::now(),
+                    woken: false,
+                    repatriate: false,
+                }));
+                st.nr_workers = 1;
+                st.nr_running = 1;
+            }
+            let worker = {
+                let (state, work) = (state.clone(), work.clone());
+                loom::thread::spawn(move || {
+                    let mut st = lock(&state);
+                    st.slots[0].as_mut().unwrap().thread = Some(thread::current());
+                    loop {
+                        if work.load(SeqCst) {
+                            return;
+                        }
+                        st.go_idle(0, 0);
+                        drop(st);
+                        loop {
+                            let (guard, woken) = sleep_once(&state, 0, Duration::from_secs(1));
+                            st = guard;
+                            if woken {
+                                break;
+                            }
+                            drop(st);
+                        }
+                        // `sleep_once` returned the lock; re-check for work at the top.
+                    }
+                })
+            };
+            let mut st = lock(&state);
+            work.store(true, SeqCst);
+            let to_wake = if st.idle.is_empty() {
+                None
+            } else {
+                let at = st.idle.len() - 1;
+                st.wake_at(at, false)
+            };
+            drop(st);
+            if let Some(t) = to_wake {
+                t.unpark();
+            }
+            worker.join().unwrap();
+        });
+    }
 }

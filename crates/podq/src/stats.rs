@@ -22,8 +22,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use crate::policy::Locality as Place;
+use crate::sync::{Mutex, MutexGuard};
 use crate::Attrs;
-use std::sync::{Mutex, MutexGuard};
 
 /// A monotonic event counter.
 #[derive(Default, Debug)]
@@ -95,13 +95,13 @@ impl LockCounters {
                 return guard;
             }
             let start = Instant::now();
-            let guard = crate::sync::lock_std(mutex);
+            let guard = crate::sync::lock(mutex);
             self.contended.inc();
             self.wait_ns.add(elapsed_ns(start));
             guard
         }
         #[cfg(not(feature = "stats"))]
-        crate::sync::lock_std(mutex)
+        crate::sync::lock(mutex)
     }
 
     fn snapshot(&self) -> LockStats {
@@ -388,7 +388,7 @@ pub struct PoolStats {
     pub dequeue_lock: LockStats,
     /// Where items ran relative to where they were queued.
     pub locality: Locality,
-    /// Time from queueing (activation) to start.
+    /// Time from the queue call to the start (waiting for a `max_active` slot included).
     pub queue_to_start_ns: Latency,
     /// Time items ran.
     pub run_time_ns: Latency,

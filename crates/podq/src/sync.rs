@@ -15,6 +15,26 @@ pub(crate) use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
+/// Threads: `current`, `park_timeout` and the `Thread` handle used to unpark.
+pub(crate) mod thread {
+    #[cfg(loom)]
+    pub(crate) use loom::thread::{current, Thread};
+    #[cfg(not(loom))]
+    pub(crate) use std::thread::{current, Thread};
+
+    /// Parks for at most `timeout`.
+    #[cfg(not(loom))]
+    pub(crate) fn park_timeout(timeout: std::time::Duration) {
+        std::thread::park_timeout(timeout);
+    }
+
+    /// Parks until unparked (loom has no clock; spurious wake-ups are modelled).
+    #[cfg(loom)]
+    pub(crate) fn park_timeout(_timeout: std::time::Duration) {
+        loom::thread::park();
+    }
+}
+
 /// Locks `mutex`, ignoring poisoning: no podq lock is held while user code runs, so a
 /// poisoned lock can only come from a bug in podq itself, and the data it guards is
 /// still consistent at every unlock point.

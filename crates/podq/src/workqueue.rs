@@ -368,7 +368,7 @@ impl WorkqueueBuilder {
         let live = self.topology.is_none();
         let topology = match self.topology {
             Some(t) => t,
-            None => cpu::live_topology()?,
+            None => cpu::live_topology(),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
@@ -629,7 +629,7 @@ impl Drop for WqHandle {
         // completes (`Pwq::complete`), activating waiting items on the way, so none is
         // lost. After a drain every pwq is empty and retires here.
         if pool::current_wq() != wq.id {
-            wq.drain();
+            pool::blocking(|| wq.drain());
         }
         pool::stop_rescuer(wq.id);
         wq.destroyed.store(true, SeqCst);

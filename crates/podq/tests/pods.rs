@@ -352,3 +352,20 @@ fn stats_serialise_to_json() {
         assert_eq!(pool["queue_to_start_ns"]["count"], 1);
     }
 }
+
+#[test]
+fn pin_thread_to_maps_virtual_cpus_onto_real_ones() {
+    let topo = fake_topology(2, 2, 2, 2);
+    let reals: Vec<usize> = my_affinity().iter().collect();
+    let identity = topo.usable().is_subset(&my_affinity());
+    let handle = std::thread::spawn(move || {
+        podq::pin_thread_to(5, &topo).unwrap();
+        assert_eq!(podq::current_cpu(), 5);
+        let pinned = my_affinity();
+        let err = podq::pin_thread_to(99, &topo).unwrap_err();
+        (pinned, err.to_string())
+    });
+    let (pinned, err) = handle.join().unwrap();
+    assert_eq!(pinned, CpuSet::single(real_of(5, &reals, identity)));
+    assert!(err.contains("99"), "{err}");
+}
