@@ -554,6 +554,8 @@ impl Workqueue {
 
     /// Waits until every item queued before the call has finished, on current and
     /// retiring pools alike. Items queued later do not hold it up.
+    /// Called from one of this workqueue's own items it waits for that item too, and
+    /// so never returns (the kernel's lockdep warns about the same mistake).
     pub fn flush(&self) {
         pool::blocking(|| self.shared().flush());
     }

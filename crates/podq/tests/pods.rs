@@ -369,3 +369,39 @@ fn pin_thread_to_maps_virtual_cpus_onto_real_ones() {
     assert_eq!(pinned, CpuSet::single(real_of(5, &reals, identity)));
     assert!(err.contains("99"), "{err}");
 }
+
+#[test]
+fn max_active_is_enforced_per_node() {
+    // 2 nodes x 4 CPUs, max_active 2: min_active = 2, so each node's share is
+    // clamp(ceil(2 * 4 / 8), 2, 2) = 2 (the shares may sum to more than max_active).
+    let topo = fake_topology(2, 1, 4, 1);
+    let wq = Workqueue::builder("p-node-max")
+        .topology(topo)
+        .scope(Scope::Numa)
+        .max_active(2)
+        .build()
+        .unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    podq::set_thread_cpu(Some(1));
+    for _ in 0..40 {
+        let (r, p) = (running.clone(), peak.clone());
+        wq.spawn(move || {
+            let now = r.fetch_add(1, SeqCst) + 1;
+            p.fetch_max(now, SeqCst);
+            podq::blocking(|| std::thread::sleep(Duration::from_micros(200)));
+            r.fetch_sub(1, SeqCst);
+        });
+    }
+    podq::set_thread_cpu(None);
+    wq.flush();
+    assert!(
+        peak.load(SeqCst) <= 2,
+        "node 0 ran {} at once",
+        peak.load(SeqCst)
+    );
+    // Raising max_active lets waiting items in at once.
+    wq.set_max_active(16).unwrap();
+    assert_eq!(wq.attrs().max_active, 16);
+    assert_eq!(wq.spawn(|| 9).join().unwrap(), 9);
+}
