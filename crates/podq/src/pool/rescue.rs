@@ -46,6 +46,8 @@ use std::time::{Duration, Instant};
 use crate::cpu;
 use crate::policy::{self, Kick};
 use crate::sync::lock_std as lock;
+// The pool lock: loom's mutex under `cfg(loom)`.
+use crate::sync::lock as lock_pool;
 use crate::Error;
 
 use super::{run_entry, PoolCore, PoolState};
@@ -264,7 +266,7 @@ impl PoolCore {
     pub(super) fn spawn_failed(self: &Arc<Self>, index: usize, source: std::io::Error) {
         self.stats.worker_spawn_failures.inc();
         let wanted = {
-            let mut st = lock(&self.state);
+            let mut st = lock_pool(&self.state);
             st.slots[index] = None;
             st.nr_workers -= 1;
             st.nr_running -= 1;
@@ -283,7 +285,7 @@ impl PoolCore {
     /// The cooldown is over: kicks the pool, creating a worker if one is still wanted
     /// (a new failure blocks it again).
     fn retry_create(self: &Arc<Self>) {
-        let mut st = lock(&self.state);
+        let mut st = lock_pool(&self.state);
         if st.shutdown {
             return;
         }
@@ -295,7 +297,7 @@ impl PoolCore {
     /// Calls the rescuers of the workqueues with items on the worklist.
     fn send_maydays(self: &Arc<Self>) {
         let wqs: Vec<u64> = {
-            let st = lock(&self.state);
+            let st = lock_pool(&self.state);
             if !needs_worker(self, &st) {
                 return;
             }
@@ -326,7 +328,7 @@ impl PoolCore {
         let _ = cpu::set_affinity(&self.allowed);
         for _ in 0..RESCUER_BATCH {
             let entry = {
-                let mut st = lock(&self.state);
+                let mut st = lock_pool(&self.state);
                 if !needs_worker(self, &st) {
                     return false;
                 }
@@ -341,7 +343,7 @@ impl PoolCore {
             self.stats.rescued.inc();
             run_entry(self, entry);
         }
-        let st = lock(&self.state);
+        let st = lock_pool(&self.state);
         needs_worker(self, &st) && st.worklist.iter().any(|e| e.meta.pwq.wq.id == wq)
     }
 }
