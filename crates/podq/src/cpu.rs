@@ -64,7 +64,7 @@ pub(crate) fn set_real_cpus(cpus: CpuSet) {
     *REAL.write().unwrap_or_else(PoisonError::into_inner) = Some(cpus);
 }
 
-/// Reads the CPUs usable now: online ∩ the calling thread's affinity ∩ the cgroup's
+/// Reads the CPUs usable now: online ∩ the process's affinity mask ∩ the cgroup's
 /// effective cpuset.
 pub(crate) fn read_usable() -> Result<CpuSet, Error> {
     let online_path = "/sys/devices/system/cpu/online";
@@ -74,7 +74,7 @@ pub(crate) fn read_usable() -> Result<CpuSet, Error> {
             source,
         })
         .and_then(|text| CpuSet::parse_list(&text))?;
-    let mut usable = online.intersection(&podq_topology::live::affinity()?);
+    let mut usable = online.intersection(&process_affinity()?);
     if let Some(cgroup) = podq_topology::live::cgroup_cpuset() {
         usable = usable.intersection(&cgroup);
     }

@@ -15,15 +15,20 @@ fn this_cpu() -> usize {
     usize::try_from(unsafe { libc::sched_getcpu() }).expect("sched_getcpu")
 }
 
-fn set_my_affinity(cpus: &CpuSet) {
+/// Sets the affinity of the process's main thread, the mask podq reads as the
+/// process's (a test thread cannot narrow the whole process; this is what `taskset -p`
+/// does to a running process).
+fn set_process_affinity(cpus: &CpuSet) {
     // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
     let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     for c in cpus.iter() {
         // SAFETY: the CPUs of this machine are below CPU_SETSIZE.
         unsafe { libc::CPU_SET(c, &mut raw) };
     }
-    // SAFETY: `raw` is a valid cpu_set_t of the size passed; pid 0 is this thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    // SAFETY: `raw` is a valid cpu_set_t of the size passed; `pid` is the main thread.
+    let rc = unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
     assert_eq!(rc, 0, "sched_setaffinity");
 }
 
@@ -167,9 +172,9 @@ fn refresh_reads_the_narrowed_affinity() {
             "a pod per CPU: {before:?}"
         );
     }
-    set_my_affinity(&CpuSet::single(a));
+    set_process_affinity(&CpuSet::single(a));
     let narrowed = podq::topology::refresh();
-    set_my_affinity(&all);
+    set_process_affinity(&all);
     assert_eq!(narrowed.unwrap(), CpuSet::single(a));
     for cpu in all.iter() {
         assert_eq!(ran_on(&wq, cpu), a);

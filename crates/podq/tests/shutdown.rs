@@ -76,21 +76,28 @@ fn drop_cancels_delayed_items_on_the_timer() {
         assert!(wq.queue_delayed(d, Duration::from_millis(200)));
     }
     drop(wq);
+    // On a slow machine some timers fire before the drop: those items ran (drained).
+    let ran_by_drop = runs.load(SeqCst);
     for d in &items {
         assert!(!d.is_pending(), "cancelled at drop");
     }
     std::thread::sleep(Duration::from_millis(400));
-    assert_eq!(runs.load(SeqCst), 0, "a cancelled timer never fires");
+    assert_eq!(
+        runs.load(SeqCst),
+        ran_by_drop,
+        "a cancelled timer never fires"
+    );
     // The items are idle again, not stuck: they run on another queue.
     let other = Workqueue::builder("shut-timer-2").build().unwrap();
     for d in &items {
         assert!(other.queue_delayed(d, Duration::ZERO));
     }
     other.flush();
-    assert_eq!(runs.load(SeqCst), 10);
+    assert_eq!(runs.load(SeqCst), ran_by_drop + 10);
 }
 
 #[test]
+#[cfg_attr(miri, ignore = "Miri's threads are not the process's threads in /proc")]
 fn drop_stops_and_joins_the_workers() {
     let wq = Workqueue::builder("shut-threads")
         .topology(podq::testing::fake_topology(1, 2, 2, 2))

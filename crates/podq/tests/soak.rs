@@ -578,7 +578,7 @@ fn soak_mixed_traffic_counts_every_item() {
     let pools = || wq.stats().pools.len() + ordered.stats().pools.len();
     let mut threads_idle = 0;
     let live_pools = pools();
-    let floor_reached = wait_for(IDLE_TIMEOUT * 50, || {
+    let floor_reached = wait_for(IDLE_TIMEOUT * 100, || {
         threads_idle = threads();
         threads_idle <= threads_start + 2 * pools()
     });

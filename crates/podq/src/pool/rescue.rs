@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use crate::cpu;
 use crate::policy::{self, Kick};
 use crate::sync::lock_std as lock;
-// The pool lock is a facade mutex (loom's under `cfg(loom)`).
+// The pool lock: loom's mutex under `cfg(loom)`.
 use crate::sync::lock as lock_pool;
 use crate::Error;
 

@@ -26,15 +26,15 @@ use crate::cpu;
 use crate::sync::lock_std as lock;
 use crate::Error;
 
-/// Re-reads the CPUs this process may use (online ∩ the calling thread's affinity ∩
-/// the cgroup's effective cpuset) and re-pods every live workqueue built on the live
-/// machine, without losing work: queued and running items finish on their old pools.
-/// Returns the usable CPUs now.
+/// Re-reads the CPUs this process may use (online ∩ the process's affinity mask, that
+/// of its main thread ∩ the cgroup's effective cpuset) and re-pods every live
+/// workqueue built on the live machine, without losing work: queued and running items
+/// finish on their old pools. Returns the usable CPUs now.
 ///
-/// Call it after the process's affinity or cpuset changed, from a thread whose
-/// affinity is the process's (workers keep their own). A workqueue never uses CPUs
-/// beyond those usable when it was built; workqueues on a given (fake or captured)
-/// topology are not affected. Departure: the kernel reacts to hotplug events itself.
+/// Call it after the process's affinity (`taskset -p`) or cpuset changed. A workqueue
+/// never uses CPUs beyond those of the topology it was built with; workqueues on a
+/// given (fake or captured) topology are not affected. Departure: the kernel reacts to
+/// hotplug events itself.
 pub fn refresh() -> Result<CpuSet, Error> {
     refresh_with(cpu::read_usable()?)
 }
