@@ -7,7 +7,9 @@
 //! Legend: A atomic with `Relaxed` ordering: counters are monotonic, read only by
 //! snapshots, and never decide control flow, so they pair with nothing. AW atomic,
 //! written by one worker only (a load and a store, no locked instruction) and read by
-//! snapshots. R guarded by `PoolCounters::workers` (a std mutex). A snapshot taken while
+//! snapshots. AL atomic, written (a load and a store) only while holding the lock it
+//! counts, read by snapshots: `LockCounters`. R guarded by `PoolCounters::workers` (a
+//! std mutex). A snapshot taken while
 //! items run is not a consistent cut (e.g. `started` may exceed `queued` read a moment
 //! earlier); readers derive rates from successive snapshots.
 //!
@@ -50,6 +52,16 @@ impl Counter {
     pub(crate) fn add(&self, n: u64) {
         #[cfg(feature = "stats")]
         self.0.fetch_add(n, Relaxed);
+        #[cfg(not(feature = "stats"))]
+        let _ = n;
+    }
+
+    /// Adds `n` with a load and a store (no locked instruction): only while holding the
+    /// mutex this counter counts, which orders its writers.
+    #[inline]
+    fn add_locked(&self, n: u64) {
+        #[cfg(feature = "stats")]
+        self.0.store(self.0.load(Relaxed) + n, Relaxed);
         #[cfg(not(feature = "stats"))]
         let _ = n;
     }
@@ -185,7 +197,8 @@ impl ItemCounters {
     }
 }
 
-/// Contention of one lock at one kind of call site.
+/// Contention of one lock at one kind of call site. Every field is written only while
+/// holding that lock (after acquiring it), so by one thread at a time.
 #[derive(Default, Debug)]
 pub(crate) struct LockCounters {
     acquisitions: Counter,
@@ -197,8 +210,9 @@ impl LockCounters {
     /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
     #[inline]
     pub(crate) fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
-        self.acquisitions.inc();
-        self.lock_uncounted(mutex)
+        let guard = self.lock_uncounted(mutex);
+        self.acquisitions.add_locked(1);
+        guard
     }
 
     /// [`LockCounters::lock`], counting the acquisition in a worker's own counter.
@@ -221,8 +235,8 @@ impl LockCounters {
             }
             let start = Instant::now();
             let guard = crate::sync::lock(mutex);
-            self.contended.inc();
-            self.wait_ns.add(elapsed_ns(start));
+            self.contended.add_locked(1);
+            self.wait_ns.add_locked(elapsed_ns(start));
             guard
         }
         #[cfg(not(feature = "stats"))]
@@ -267,6 +281,9 @@ pub(crate) struct PoolCounters {
     pub(crate) queue_to_start: Histogram,
     pub(crate) run_time: Histogram,
     pub(crate) cpu_time_ns: Counter,
+    /// Dequeue lock acquisitions of workers that exited (kept apart from
+    /// `dequeue_lock`, whose fields are written under the pool lock only).
+    retired_dequeues: Counter,
     /// R: the counters of the pool's live workers.
     workers: std::sync::Mutex<Vec<Arc<WorkerCounters>>>,
 }
@@ -286,9 +303,7 @@ impl PoolCounters {
         workers.retain(|w| !Arc::ptr_eq(w, mine));
         self.items.started.add(mine.started.get());
         self.items.completed.add(mine.completed.get());
-        self.dequeue_lock
-            .acquisitions
-            .add(mine.dequeue_acquisitions.get());
+        self.retired_dequeues.add(mine.dequeue_acquisitions.get());
         for (shared, own) in self.locality.iter().zip(&mine.locality) {
             shared.add(own.get());
         }
@@ -599,7 +614,7 @@ impl PoolStats {
             workers.iter().map(|w| f(w).get()).sum()
         };
         let mut dequeue_lock = c.dequeue_lock.snapshot();
-        dequeue_lock.acquisitions += own(|w| &w.dequeue_acquisitions);
+        dequeue_lock.acquisitions += c.retired_dequeues.get() + own(|w| &w.dequeue_acquisitions);
         let place = |i: usize| {
             c.locality[i].get() + workers.iter().map(|w| w.locality[i].get()).sum::<u64>()
         };
