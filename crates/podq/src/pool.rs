@@ -14,10 +14,11 @@ use podq_topology::{CpuSet, Topology};
 use crate::attrs::PoolKey;
 use crate::cpu::{self, CpuMap};
 use crate::policy::{self, Kick, PoolLoad};
-use crate::stats::PoolCounters;
+use crate::stats::{PoolCounters, Recorder, WorkerCounters};
 use std::sync::Arc;
 
-use crate::sync::{lock, lock_std, thread, Mutex, MutexGuard};
+use crate::sync::Ordering::Relaxed;
+use crate::sync::{lock, lock_std, thread, AtomicU64, Mutex, MutexGuard};
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
@@ -118,6 +119,8 @@ pub(crate) struct PoolState {
     nr_workers: usize,
     /// Workers running or about to run items, not counting `blocking()` sections.
     nr_running: usize,
+    /// Workers polling the worklist before going idle (counted in `nr_running`).
+    nr_spinning: usize,
     /// Set when the last handle is dropped: workers exit.
     shutdown: bool,
 }
@@ -143,6 +146,10 @@ pub(crate) struct PoolCore {
     idle_timeout: Duration,
     /// L: the pool lock.
     state: Mutex<PoolState>,
+    /// A: items pushed so far, stored (Relaxed) under the pool lock; spinning workers
+    /// poll it without the lock to notice a push. A hint only: a spinner decides under
+    /// the lock, so it pairs with nothing.
+    pushes: AtomicU64,
     /// A: counters.
     pub(crate) stats: PoolCounters,
     /// J: join handles of started workers.
@@ -184,6 +191,7 @@ impl Pool {
                 virt_of_real,
                 idle_timeout,
                 state: Mutex::new(PoolState::default()),
+                pushes: AtomicU64::new(0),
                 stats: PoolCounters::default(),
                 joins: std::sync::Mutex::new(Vec::new()),
             }),
@@ -230,6 +238,9 @@ impl PoolCore {
     pub(crate) fn push(self: &Arc<Self>, entry: Entry) {
         let mut st = self.stats.enqueue_lock.lock(&self.state);
         st.worklist.push_back(entry);
+        // Under the lock, so a plain increment: no locked instruction.
+        let pushes = self.pushes.load(Relaxed);
+        self.pushes.store(pushes + 1, Relaxed);
         let action = self.kick_locked(&mut st);
         drop(st);
         self.act(action);
@@ -248,6 +259,7 @@ impl PoolCore {
             running: st.nr_running,
             workers: st.nr_workers,
             concurrency: self.concurrency,
+            spinning: st.nr_spinning,
         }
     }
 
@@ -374,36 +386,54 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
 }
 
 fn worker_main(pool: Arc<PoolCore>, index: usize) {
+    let mine = pool.stats.register_worker();
+    work_loop(&pool, index, &mine);
+    pool.stats.retire_worker(&mine);
+}
+
+/// A worker's life in its pool; `mine` (W) takes its accounting.
+fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     if cpu::set_affinity(&pool.allowed).is_err() {
         pool.stats.affinity_failures.inc();
     }
     if pool.key.nice != 0 && cpu::set_nice(pool.key.nice).is_err() {
         pool.stats.nice_failures.inc();
     }
-    WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(&pool)));
+    WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(pool)));
     let mut cpu_clock = thread_cpu_ns();
     let mut st = lock(&pool.state);
     if let Some(slot) = st.slots[index].as_mut() {
         slot.thread = Some(thread::current());
     }
+    // Whether the worker polled the worklist since it last ran an item.
+    let mut spun = false;
     loop {
         if let Some(entry) = st.worklist.pop_front() {
             let action = pool.kick_locked(&mut st);
             drop(st);
             pool.act(action);
-            run_entry(&pool, entry);
-            st = pool.stats.dequeue_lock.lock(&pool.state);
+            run_entry(pool, entry, Some(mine));
+            spun = false;
+            st = pool
+                .stats
+                .dequeue_lock
+                .lock_owned(&pool.state, mine.dequeue_acquisition());
             continue;
         }
         if st.shutdown {
             break;
+        }
+        if !spun {
+            spun = true;
+            st = spin(&pool.state, &pool.pushes, st);
+            continue; // the worklist is checked again under the lock
         }
         st.go_idle(index, pool.worker_cpu());
         drop(st);
         let now = thread_cpu_ns();
         pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
         cpu_clock = now;
-        match idle(&pool, index) {
+        match idle(pool, index) {
             Some((guard, repatriate)) => {
                 st = guard;
                 if repatriate {
@@ -412,7 +442,10 @@ fn worker_main(pool: Arc<PoolCore>, index: usize) {
                     // again: the kernel's wake_cpu nudge, paid by the woken worker.
                     let _ = cpu::set_affinity(&pool.pod_real);
                     let _ = cpu::set_affinity(&pool.allowed);
-                    st = pool.stats.dequeue_lock.lock(&pool.state);
+                    st = pool
+                        .stats
+                        .dequeue_lock
+                        .lock_owned(&pool.state, mine.dequeue_acquisition());
                 }
             }
             None => {
@@ -431,6 +464,53 @@ fn worker_main(pool: Arc<PoolCore>, index: usize) {
     let now = thread_cpu_ns();
     pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
     WORKER_POOL.with(|p| *p.borrow_mut() = None);
+}
+
+/// Sleep/wake, spinner side (under the lock, after finding the worklist empty): counts
+/// the worker spinning, polls `pushes` (the pool's push count) without the lock for at most
+/// [`policy::IDLE_SPIN`], and returns the lock with the worker no longer spinning.
+/// Queuers skip the wake-up for items a spinner will take (`policy::kick`), so the
+/// caller must check the worklist under the returned lock before going idle.
+fn spin<'a>(
+    state: &'a Mutex<PoolState>,
+    pushes: &AtomicU64,
+    mut st: MutexGuard<'a, PoolState>,
+) -> MutexGuard<'a, PoolState> {
+    st.nr_spinning += 1;
+    let seen = pushes.load(Relaxed);
+    drop(st);
+    poll_pushes(pushes, seen);
+    let mut st = lock(state);
+    st.nr_spinning -= 1;
+    st
+}
+
+/// Polls `pushes` until it moves past `seen` or [`policy::IDLE_SPIN`] passes: a few
+/// pause loops, then yields, so a producer on the same CPU gets to run.
+#[cfg(not(loom))]
+fn poll_pushes(pushes: &AtomicU64, seen: u64) {
+    const PAUSES: u32 = 64;
+    let deadline = Instant::now() + policy::IDLE_SPIN;
+    let mut rounds = 0u32;
+    while pushes.load(Relaxed) == seen {
+        if rounds < PAUSES {
+            std::hint::spin_loop();
+            rounds += 1;
+        } else if Instant::now() < deadline {
+            std::thread::yield_now();
+        } else {
+            return;
+        }
+    }
+}
+
+/// The loom stand-in: one look and a yield (loom has no clock; any bound will do,
+/// since the caller decides under the lock).
+#[cfg(loom)]
+fn poll_pushes(pushes: &AtomicU64, seen: u64) {
+    if pushes.load(Relaxed) == seen {
+        loom::thread::yield_now();
+    }
 }
 
 /// Sleeps on the idle list until woken (returns the lock and whether to repatriate) or
@@ -465,12 +545,13 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, boo
     }
 }
 
-/// Runs one entry taken off a worklist by a worker of `pool`.
-fn run_entry(pool: &Arc<PoolCore>, entry: Entry) {
+/// Runs one entry taken off a worklist by a worker of `pool` (`mine`: its counters; `None`
+/// for a rescuer).
+fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) {
     let Entry { task, meta } = entry;
     let (work, seq) = match task {
         Task::Once(f) => {
-            execute(pool, &meta, 0, f);
+            execute(pool, mine, &meta, 0, f);
             return meta.pwq.complete(meta.gen);
         }
         Task::Work { work, seq } => (work, seq),
@@ -497,7 +578,7 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry) {
     }
     let addr = Arc::as_ptr(&work) as usize;
     loop {
-        execute(pool, &meta, addr, || work.run());
+        execute(pool, mine, &meta, addr, || work.run());
         meta.pwq.complete(meta.gen);
         loop {
             let Some(next) = work.state.finish() else {
@@ -526,39 +607,42 @@ fn discard(meta: EntryMeta) {
     meta.pwq.complete(meta.gen);
 }
 
-/// Runs `f` for an entry on the calling worker of `pool`, with its accounting.
+/// Runs `f` for an entry on the calling worker of `pool`, with its accounting: into
+/// `mine` when the entry belongs to `pool` (a handed-off item may belong to another).
 fn execute(
     pool: &PoolCore,
+    mine: Option<&WorkerCounters>,
     meta: &EntryMeta,
     work_addr: usize,
     f: impl FnOnce() -> Option<String>,
 ) {
     let owner = &meta.pwq.pool.core;
+    let record = match mine {
+        Some(w) if std::ptr::eq(Arc::as_ptr(owner), pool) => Recorder::Worker(w),
+        _ => Recorder::Shared(&owner.stats),
+    };
     let wq = &meta.pwq.wq;
     let cpu = pool.worker_cpu();
     cpu::set_thread_cpu(Some(cpu));
-    owner.stats.items.started.inc();
+    record.started();
     wq.counters.started.inc();
+    // Two clock reads per item: the start (also the end of the queue-to-start wait) and
+    // the end.
     #[cfg(feature = "stats")]
-    {
-        owner
-            .stats
-            .queue_to_start
-            .record(crate::stats::elapsed_ns(meta.queued_at));
-        owner
-            .stats
-            .record_locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
-    }
+    let start = {
+        let start = Instant::now();
+        record.queue_to_start(crate::stats::ns_between(meta.queued_at, start));
+        record.locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
+        start
+    };
     CURRENT_WQ.with(|c| c.set(wq.id));
     RUNNING_WORK.with(|c| c.set(work_addr));
-    #[cfg(feature = "stats")]
-    let start = Instant::now();
     let panicked = f();
     #[cfg(feature = "stats")]
-    owner.stats.run_time.record(crate::stats::elapsed_ns(start));
+    record.run_time(crate::stats::elapsed_ns(start));
     RUNNING_WORK.with(|c| c.set(0));
     CURRENT_WQ.with(|c| c.set(0));
-    owner.stats.items.completed.inc();
+    record.completed();
     wq.counters.completed.inc();
     if let Some(message) = panicked {
         owner.stats.items.panicked.inc();
@@ -585,8 +669,8 @@ fn thread_cpu_ns() -> u64 {
     0
 }
 
-/// Loom model of the sleep/wake protocol on the real `PoolState::go_idle`,
-/// `PoolState::wake_at` and `sleep_once`:
+/// Loom model of the sleep/wake protocol on the real `spin`, `PoolState::go_idle`,
+/// `PoolState::wake_at`, `sleep_once` and `policy::kick`:
 /// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
 #[cfg(all(test, loom))]
 mod loom_tests {
@@ -594,13 +678,15 @@ mod loom_tests {
     use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 
     /// A queuer publishes work (a flag standing in for the worklist, checked under the
-    /// pool lock as the worklist is) while the worker goes idle: the worker always sees
-    /// the work, never sleeping through its wake-up.
+    /// pool lock as the worklist is) while the worker spins and then goes idle; the
+    /// queuer skips the wake-up when `kick` counts a spinner. The worker always sees the
+    /// work, never sleeping through its wake-up.
     #[test]
     fn loom_no_lost_wake_up() {
         loom::model(|| {
             let state = std::sync::Arc::new(Mutex::new(PoolState::default()));
             let work = std::sync::Arc::new(AtomicBool::new(false));
+            let pushes = std::sync::Arc::new(AtomicU64::new(0));
             {
                 let mut st = lock(&state);
                 st.slots.push(Some(WorkerSlot {
@@ -614,13 +700,19 @@ mod loom_tests {
                 st.nr_running = 1;
             }
             let worker = {
-                let (state, work) = (state.clone(), work.clone());
+                let (state, work, pushes) = (state.clone(), work.clone(), pushes.clone());
                 loom::thread::spawn(move || {
                     let mut st = lock(&state);
                     st.slots[0].as_mut().unwrap().thread = Some(thread::current());
+                    let mut spun = false;
                     loop {
                         if work.load(SeqCst) {
                             return;
+                        }
+                        if !spun {
+                            spun = true;
+                            st = spin(&state, &pushes, st);
+                            continue;
                         }
                         st.go_idle(0, 0);
                         drop(st);
@@ -638,11 +730,21 @@ mod loom_tests {
             };
             let mut st = lock(&state);
             work.store(true, SeqCst);
-            let to_wake = if st.idle.is_empty() {
-                None
-            } else {
-                let at = st.idle.len() - 1;
-                st.wake_at(at, false)
+            pushes.store(pushes.load(Relaxed) + 1, Relaxed);
+            let load = policy::PoolLoad {
+                worklist: 1,
+                idle: st.idle.len(),
+                running: st.nr_running,
+                workers: st.nr_workers,
+                concurrency: 1,
+                spinning: st.nr_spinning,
+            };
+            let to_wake = match policy::kick(load) {
+                Kick::Wake => {
+                    let at = st.idle.len() - 1;
+                    st.wake_at(at, false)
+                }
+                _ => None,
             };
             drop(st);
             if let Some(t) = to_wake {

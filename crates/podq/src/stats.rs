@@ -4,18 +4,29 @@
 //! Recording is compiled out without the `stats` cargo feature (the snapshot types stay,
 //! with zeros), so a benchmark can compare the two builds.
 //!
-//! Everything here is `A` (atomic) with `Relaxed` ordering: counters are monotonic, read
-//! only by snapshots, and never decide control flow, so they pair with nothing. A
-//! snapshot taken while items run is not a consistent cut (e.g. `started` may exceed
-//! `queued` read a moment earlier); readers derive rates from successive snapshots.
+//! Legend: A atomic with `Relaxed` ordering: counters are monotonic, read only by
+//! snapshots, and never decide control flow, so they pair with nothing. AW atomic,
+//! written by one worker only (a load and a store, no locked instruction) and read by
+//! snapshots. AL atomic, written (a load and a store) only while holding the lock it
+//! counts, read by snapshots: `LockCounters`. R guarded by `PoolCounters::workers` (a
+//! std mutex). A snapshot taken while
+//! items run is not a consistent cut (e.g. `started` may exceed `queued` read a moment
+//! earlier); readers derive rates from successive snapshots.
+//!
+//! What a worker records for the items of its own pool (starts, completions, locality,
+//! latencies, dequeue lock acquisitions) goes to its own [`WorkerCounters`]: shared
+//! counters would cost a locked add per event on a cache line every worker writes. A
+//! snapshot sums the live workers' counters with the pool's shared ones, into which an
+//! exiting worker folds its own. Other recorders (rescuers, a worker running a handed-off
+//! item of another pool) use the shared atomics.
 //!
 //! Latency histograms are written here rather than taken from `hdrhistogram`: recording
-//! must be one relaxed `fetch_add` from any worker with no lock and no per-worker
-//! bookkeeping to merge (workers come and go, and a worker runs items of many pools).
+//! must be a few plain or relaxed atomic operations from any thread, with no lock.
 //! Buckets are log-linear with 16 sub-buckets per power of two: values below 16 ns are
 //! exact, others are reported with at most 1/16 relative error, in 7.8 KiB per histogram.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 #[cfg(feature = "stats")]
 use std::time::Instant;
 
@@ -45,8 +56,118 @@ impl Counter {
         let _ = n;
     }
 
+    /// Adds `n` with a load and a store (no locked instruction): only while holding the
+    /// mutex this counter counts, which orders its writers.
+    #[inline]
+    fn add_locked(&self, n: u64) {
+        #[cfg(feature = "stats")]
+        self.0.store(self.0.load(Relaxed) + n, Relaxed);
+        #[cfg(not(feature = "stats"))]
+        let _ = n;
+    }
+
     pub(crate) fn get(&self) -> u64 {
         self.0.load(Relaxed)
+    }
+}
+
+/// A monotonic event counter written by one thread only (AW).
+#[derive(Default, Debug)]
+pub(crate) struct OwnedCounter(AtomicU64);
+
+impl OwnedCounter {
+    /// Adds one. Only the owning worker calls this.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        #[cfg(feature = "stats")]
+        self.0.store(self.0.load(Relaxed) + 1, Relaxed);
+    }
+
+    fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// What one worker records for items of its own pool (all AW).
+#[derive(Default, Debug)]
+pub(crate) struct WorkerCounters {
+    started: OwnedCounter,
+    completed: OwnedCounter,
+    dequeue_acquisitions: OwnedCounter,
+    locality: [OwnedCounter; 5],
+    queue_to_start: Histogram,
+    run_time: Histogram,
+}
+
+impl WorkerCounters {
+    /// Counts one acquisition of the pool lock to take an item.
+    #[inline]
+    pub(crate) fn dequeue_acquisition(&self) -> &OwnedCounter {
+        &self.dequeue_acquisitions
+    }
+}
+
+/// Where an item's accounting goes: the running worker's own counters, or the pool's
+/// shared ones.
+#[derive(Clone, Copy)]
+pub(crate) enum Recorder<'a> {
+    /// A worker of the item's pool.
+    Worker(&'a WorkerCounters),
+    /// Anyone else.
+    Shared(&'a PoolCounters),
+}
+
+#[cfg_attr(not(feature = "stats"), allow(dead_code))]
+impl Recorder<'_> {
+    #[inline]
+    pub(crate) fn started(self) {
+        match self {
+            Recorder::Worker(w) => w.started.inc(),
+            Recorder::Shared(p) => p.items.started.inc(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn completed(self) {
+        match self {
+            Recorder::Worker(w) => w.completed.inc(),
+            Recorder::Shared(p) => p.items.completed.inc(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn locality(self, place: Place) {
+        let i = locality_index(place);
+        match self {
+            Recorder::Worker(w) => w.locality[i].inc(),
+            Recorder::Shared(p) => p.locality[i].inc(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn queue_to_start(self, ns: u64) {
+        match self {
+            Recorder::Worker(w) => w.queue_to_start.record_owned(ns),
+            Recorder::Shared(p) => p.queue_to_start.record(ns),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn run_time(self, ns: u64) {
+        match self {
+            Recorder::Worker(w) => w.run_time.record_owned(ns),
+            Recorder::Shared(p) => p.run_time.record(ns),
+        }
+    }
+}
+
+fn locality_index(place: Place) -> usize {
+    match place {
+        Place::SameCpu => 0,
+        Place::SameSmt => 1,
+        Place::SameLlc => 2,
+        Place::SameNode => 3,
+        Place::Remote => 4,
     }
 }
 
@@ -76,7 +197,8 @@ impl ItemCounters {
     }
 }
 
-/// Contention of one lock at one kind of call site.
+/// Contention of one lock at one kind of call site. Every field is written only while
+/// holding that lock (after acquiring it), so by one thread at a time.
 #[derive(Default, Debug)]
 pub(crate) struct LockCounters {
     acquisitions: Counter,
@@ -88,16 +210,33 @@ impl LockCounters {
     /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
     #[inline]
     pub(crate) fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        let guard = self.lock_uncounted(mutex);
+        self.acquisitions.add_locked(1);
+        guard
+    }
+
+    /// [`LockCounters::lock`], counting the acquisition in a worker's own counter.
+    #[inline]
+    pub(crate) fn lock_owned<'a, T>(
+        &self,
+        mutex: &'a Mutex<T>,
+        acquisitions: &OwnedCounter,
+    ) -> MutexGuard<'a, T> {
+        acquisitions.inc();
+        self.lock_uncounted(mutex)
+    }
+
+    #[inline]
+    fn lock_uncounted<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
         #[cfg(feature = "stats")]
         {
-            self.acquisitions.inc();
             if let Ok(guard) = mutex.try_lock() {
                 return guard;
             }
             let start = Instant::now();
             let guard = crate::sync::lock(mutex);
-            self.contended.inc();
-            self.wait_ns.add(elapsed_ns(start));
+            self.contended.add_locked(1);
+            self.wait_ns.add_locked(elapsed_ns(start));
             guard
         }
         #[cfg(not(feature = "stats"))]
@@ -111,6 +250,12 @@ impl LockCounters {
             wait_ns: self.wait_ns.get(),
         }
     }
+}
+
+/// Nanoseconds from `from` to `to`, saturating (0 if `to` is earlier).
+#[cfg(feature = "stats")]
+pub(crate) fn ns_between(from: Instant, to: Instant) -> u64 {
+    u64::try_from(to.saturating_duration_since(from).as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Nanoseconds since `start`, saturating.
@@ -136,19 +281,34 @@ pub(crate) struct PoolCounters {
     pub(crate) queue_to_start: Histogram,
     pub(crate) run_time: Histogram,
     pub(crate) cpu_time_ns: Counter,
+    /// Dequeue lock acquisitions of workers that exited (kept apart from
+    /// `dequeue_lock`, whose fields are written under the pool lock only).
+    retired_dequeues: Counter,
+    /// R: the counters of the pool's live workers.
+    workers: std::sync::Mutex<Vec<Arc<WorkerCounters>>>,
 }
 
 impl PoolCounters {
-    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
-    pub(crate) fn record_locality(&self, place: Place) {
-        let i = match place {
-            Place::SameCpu => 0,
-            Place::SameSmt => 1,
-            Place::SameLlc => 2,
-            Place::SameNode => 3,
-            Place::Remote => 4,
-        };
-        self.locality[i].inc();
+    /// New counters for a worker starting in this pool.
+    pub(crate) fn register_worker(&self) -> Arc<WorkerCounters> {
+        let mine = Arc::new(WorkerCounters::default());
+        crate::sync::lock_std(&self.workers).push(Arc::clone(&mine));
+        mine
+    }
+
+    /// A worker exits: its counts move into the shared counters, in one step as seen by
+    /// snapshots (both under the workers lock).
+    pub(crate) fn retire_worker(&self, mine: &Arc<WorkerCounters>) {
+        let mut workers = crate::sync::lock_std(&self.workers);
+        workers.retain(|w| !Arc::ptr_eq(w, mine));
+        self.items.started.add(mine.started.get());
+        self.items.completed.add(mine.completed.get());
+        self.retired_dequeues.add(mine.dequeue_acquisitions.get());
+        for (shared, own) in self.locality.iter().zip(&mine.locality) {
+            shared.add(own.get());
+        }
+        self.queue_to_start.absorb(&mine.queue_to_start);
+        self.run_time.absorb(&mine.run_time);
     }
 }
 
@@ -223,15 +383,65 @@ impl Histogram {
         let _ = v;
     }
 
-    pub(crate) fn snapshot(&self) -> Latency {
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.load(Relaxed)).collect();
+    /// Records one value; only the histogram's one writer may call this (AW).
+    #[inline]
+    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
+    pub(crate) fn record_owned(&self, v: u64) {
+        #[cfg(feature = "stats")]
+        {
+            let bump = |a: &AtomicU64, n: u64| a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
+            bump(&self.buckets[bucket_of(v)], 1);
+            bump(&self.count, 1);
+            bump(&self.sum, v);
+            if v < self.min.load(Relaxed) {
+                self.min.store(v, Relaxed);
+            }
+            if v > self.max.load(Relaxed) {
+                self.max.store(v, Relaxed);
+            }
+        }
+        #[cfg(not(feature = "stats"))]
+        let _ = v;
+    }
+
+    /// Adds `other`'s values to this histogram.
+    fn absorb(&self, other: &Histogram) {
+        for (mine, theirs) in self.buckets.iter().zip(other.buckets.iter()) {
+            let n = theirs.load(Relaxed);
+            if n > 0 {
+                mine.fetch_add(n, Relaxed);
+            }
+        }
+        self.count.fetch_add(other.count.load(Relaxed), Relaxed);
+        self.sum.fetch_add(other.sum.load(Relaxed), Relaxed);
+        self.min.fetch_min(other.min.load(Relaxed), Relaxed);
+        self.max.fetch_max(other.max.load(Relaxed), Relaxed);
+    }
+
+    #[cfg(all(test, feature = "stats"))]
+    fn snapshot(&self) -> Latency {
+        Histogram::merged_snapshot(std::iter::once(self))
+    }
+
+    /// The distribution of all values recorded in `parts`.
+    fn merged_snapshot<'a>(parts: impl Iterator<Item = &'a Histogram> + Clone) -> Latency {
+        let mut counts = vec![0u64; BUCKETS];
+        let (mut recorded, mut sum, mut min, mut max) = (0u64, 0u64, u64::MAX, 0u64);
+        for h in parts {
+            for (c, b) in counts.iter_mut().zip(h.buckets.iter()) {
+                *c += b.load(Relaxed);
+            }
+            recorded += h.count.load(Relaxed);
+            sum = sum.wrapping_add(h.sum.load(Relaxed));
+            min = min.min(h.min.load(Relaxed));
+            max = max.max(h.max.load(Relaxed));
+        }
         let count: u64 = counts.iter().sum();
         if count == 0 {
             return Latency::default();
         }
-        let max = self.max.load(Relaxed);
-        let min = self.min.load(Relaxed).min(max);
-        let mean = self.sum.load(Relaxed) as f64 / self.count.load(Relaxed).max(1) as f64;
+        let min = min.min(max);
+        let mean = sum as f64 / recorded.max(1) as f64;
         let var = counts
             .iter()
             .enumerate()
@@ -398,11 +608,23 @@ pub struct PoolStats {
 
 impl PoolStats {
     pub(crate) fn from_counters(c: &PoolCounters) -> PoolStats {
+        let workers = crate::sync::lock_std(&c.workers);
         let items = c.items.snapshot();
+        let own = |f: fn(&WorkerCounters) -> &OwnedCounter| -> u64 {
+            workers.iter().map(|w| f(w).get()).sum()
+        };
+        let mut dequeue_lock = c.dequeue_lock.snapshot();
+        dequeue_lock.acquisitions += c.retired_dequeues.get() + own(|w| &w.dequeue_acquisitions);
+        let place = |i: usize| {
+            c.locality[i].get() + workers.iter().map(|w| w.locality[i].get()).sum::<u64>()
+        };
+        let latency = |f: fn(&WorkerCounters) -> &Histogram, shared: &Histogram| {
+            Histogram::merged_snapshot(std::iter::once(shared).chain(workers.iter().map(|w| f(w))))
+        };
         PoolStats {
             queued: items.queued,
-            started: items.started,
-            completed: items.completed,
+            started: items.started + own(|w| &w.started),
+            completed: items.completed + own(|w| &w.completed),
             panicked: items.panicked,
             cancelled: items.cancelled,
             repatriated: items.repatriated,
@@ -415,16 +637,16 @@ impl PoolStats {
             affinity_failures: c.affinity_failures.get(),
             nice_failures: c.nice_failures.get(),
             enqueue_lock: c.enqueue_lock.snapshot(),
-            dequeue_lock: c.dequeue_lock.snapshot(),
+            dequeue_lock,
             locality: Locality {
-                same_cpu: c.locality[0].get(),
-                same_smt: c.locality[1].get(),
-                same_llc: c.locality[2].get(),
-                same_node: c.locality[3].get(),
-                remote: c.locality[4].get(),
+                same_cpu: place(0),
+                same_smt: place(1),
+                same_llc: place(2),
+                same_node: place(3),
+                remote: place(4),
             },
-            queue_to_start_ns: c.queue_to_start.snapshot(),
-            run_time_ns: c.run_time.snapshot(),
+            queue_to_start_ns: latency(|w| &w.queue_to_start, &c.queue_to_start),
+            run_time_ns: latency(|w| &w.run_time, &c.run_time),
             cpu_time_ns: c.cpu_time_ns.get(),
             ..PoolStats::default()
         }
@@ -495,5 +717,46 @@ mod tests {
         }
         assert!(l.stdev > 280_000.0 && l.stdev < 300_000.0, "{}", l.stdev);
         assert_eq!(Histogram::default().snapshot(), Latency::default());
+    }
+
+    /// Per-worker recording: a snapshot sums live workers with the shared counters, and
+    /// a retiring worker's counts move to the shared ones without changing the sum.
+    #[cfg(feature = "stats")]
+    #[test]
+    fn worker_counters_merge_and_retire() {
+        let pool = PoolCounters::default();
+        let all = Histogram::default();
+        let (a, b) = (pool.register_worker(), pool.register_worker());
+        for v in 1..=300u64 {
+            let record = match v % 3 {
+                0 => Recorder::Worker(&a),
+                1 => Recorder::Worker(&b),
+                _ => Recorder::Shared(&pool),
+            };
+            record.started();
+            record.completed();
+            record.locality(Place::SameLlc);
+            record.queue_to_start(v * 7);
+            record.run_time(v * 1000);
+            all.record(v * 1000);
+        }
+        let mutex = Mutex::new(());
+        drop(
+            pool.dequeue_lock
+                .lock_owned(&mutex, a.dequeue_acquisition()),
+        );
+        let before = PoolStats::from_counters(&pool);
+        assert_eq!((before.started, before.completed), (300, 300));
+        assert_eq!(before.locality.same_llc, 300);
+        assert_eq!(before.dequeue_lock.acquisitions, 1);
+        assert_eq!(before.run_time_ns, all.snapshot());
+        assert_eq!(before.queue_to_start_ns.count, 300);
+        assert_eq!(
+            (before.queue_to_start_ns.min, before.queue_to_start_ns.max),
+            (7, 2100)
+        );
+        pool.retire_worker(&a);
+        assert_eq!(PoolStats::from_counters(&pool), before);
+        assert_eq!(crate::sync::lock_std(&pool.workers).len(), 1);
     }
 }

@@ -27,6 +27,10 @@ pub const MAX_IDLE_WORKERS_RATIO: usize = 4;
 /// (see [`kick`]) and lets [`crate::blocking`] sections add workers, up to this cap, so a
 /// storm of blocking items cannot exhaust the process's threads.
 pub const POOL_MAX_WORKERS: usize = 512;
+/// How long a worker that found the worklist empty polls it before going idle (see
+/// [`kick`]). Short enough that an idle pool costs next to nothing; long enough to
+/// cover a producer's turnaround between two items.
+pub const IDLE_SPIN: Duration = Duration::from_micros(20);
 /// The valid range of `nice`, as the kernel's sysfs file.
 pub const NICE_RANGE: std::ops::RangeInclusive<i32> = -20..=19;
 
@@ -162,6 +166,9 @@ pub struct PoolLoad {
     pub workers: usize,
     /// How many workers may run at once (one per pod CPU).
     pub concurrency: usize,
+    /// Workers that found the worklist empty and poll it for a moment before going
+    /// idle (counted in `running`): each will take one waiting item without a wake-up.
+    pub spinning: usize,
 }
 
 /// What to do after queueing onto, or starting an item from, a pool.
@@ -179,8 +186,13 @@ pub enum Kick {
 /// `concurrency` workers run; create one when none is idle and the pool is under
 /// [`POOL_MAX_WORKERS`]. Called on every queue and on every item start, so wake-ups
 /// chain through a pool as in the kernel.
+///
+/// Departure from the kernel: items that spinning workers will take (up to one each)
+/// need no wake-up, so a pool kicks only for items beyond [`PoolLoad::spinning`].
+/// The kernel never spins; a user-space futex wake-up costs two context switches,
+/// which a worker polling for [`IDLE_SPIN`] saves when items arrive back to back.
 pub fn kick(load: PoolLoad) -> Kick {
-    if load.worklist == 0 || load.running >= load.concurrency {
+    if load.worklist <= load.spinning || load.running >= load.concurrency {
         Kick::Nothing
     } else if load.idle > 0 {
         Kick::Wake
@@ -349,8 +361,31 @@ mod tests {
             running: 0,
             workers: 1,
             concurrency: 2,
+            spinning: 0,
         };
         assert_eq!(kick(load), Kick::Wake);
+        // A spinning worker takes the item; a second item needs a wake-up.
+        let spun = PoolLoad {
+            spinning: 1,
+            running: 1,
+            ..load
+        };
+        assert_eq!(kick(spun), Kick::Nothing);
+        assert_eq!(
+            kick(PoolLoad {
+                worklist: 2,
+                ..spun
+            }),
+            Kick::Wake
+        );
+        assert_eq!(
+            kick(PoolLoad {
+                worklist: 2,
+                concurrency: 1,
+                ..spun
+            }),
+            Kick::Nothing
+        );
         assert_eq!(
             kick(PoolLoad {
                 worklist: 0,

@@ -341,7 +341,7 @@ impl PoolCore {
                 return false;
             };
             self.stats.rescued.inc();
-            run_entry(self, entry);
+            run_entry(self, entry, None);
         }
         let st = lock_pool(&self.state);
         needs_worker(self, &st) && st.worklist.iter().any(|e| e.meta.pwq.wq.id == wq)
