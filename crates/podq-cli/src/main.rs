@@ -2,12 +2,14 @@
 //!
 //! Exit codes: 0 success, 1 runtime failure (the error is printed with its causes;
 //! this includes a refused control request: unknown workqueue, attribute or value),
-//! 2 usage error (printed by the argument parser).
+//! 2 usage error (printed by the argument parser, or a bad `podq bench` value found
+//! after parsing).
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod ctl;
 mod monitor;
 mod table;
@@ -30,6 +32,8 @@ enum Command {
     Ctl(ctl::CtlArgs),
     /// Watch a running process's workqueues, CPUs and threads live.
     Monitor(monitor::MonitorArgs),
+    /// Benchmark podq across affinity scopes, and against peer executors.
+    Bench(Box<bench::BenchArgs>),
 }
 
 fn main() -> ExitCode {
@@ -38,6 +42,7 @@ fn main() -> ExitCode {
         Command::Topo(args) => topo::run(&args),
         Command::Ctl(args) => ctl::run(args),
         Command::Monitor(args) => monitor::run(args),
+        Command::Bench(args) => bench::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -45,7 +50,11 @@ fn main() -> ExitCode {
         Err(err) if is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             eprintln!("podq: error: {err:#}");
-            ExitCode::from(1)
+            if err.downcast_ref::<bench::UsageError>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

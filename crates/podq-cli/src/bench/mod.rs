@@ -1,0 +1,651 @@
+//! `podq bench`: the scope ladder, the NFS experiments in miniature, and the peers in
+//! the same run. See `BENCH.md` next to the crate manifest for the workloads and the
+//! JSON schema.
+
+pub mod alloc_model;
+pub mod peers;
+pub mod plot;
+pub mod podq_system;
+pub mod report;
+pub mod system;
+pub mod topo;
+pub mod workloads;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use podq_topology::Scope;
+
+use alloc_model::{AllocConfig, RemoteRule};
+use report::{human_ns, human_rate, Report, RunResult, TopologyInfo};
+use system::placement::CpuMap;
+use system::System;
+use workloads::completion::{self, CompletionParams};
+use workloads::latency::LatencyParams;
+use workloads::queue::QueueParams;
+use workloads::{Case, RunLength, Test};
+
+/// A mistake in the command line (exit code 2), as opposed to a failure while running.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct UsageError(pub String);
+
+fn usage(message: impl Into<String>) -> anyhow::Error {
+    UsageError(message.into()).into()
+}
+
+/// What to run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Workload {
+    /// `queue` and `latency` across the scope ladder (the default).
+    Ladder,
+    /// test_workqueue's shape: one producer per CPU queueing on one shared queue.
+    Queue,
+    /// One synchronous submitter with think time; fio-style clat percentiles.
+    Latency,
+    /// The NFS-over-RDMA miniature: CQ producers, rpciod -> nfsiod, allocator model.
+    Completion,
+    /// `queue` and `latency` on podq and every peer executor, with ratios.
+    Peers,
+}
+
+/// `--strict`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum StrictArg {
+    /// Strict pods only.
+    On,
+    /// Non-strict pods only.
+    Off,
+    /// Both.
+    Both,
+}
+
+/// Options of `podq bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// The workload.
+    #[arg(value_enum, default_value = "ladder")]
+    pub workload: Workload,
+    /// Affinity scopes to run, comma-separated [default: cpu,smt,cache,cache_shard,numa,system].
+    #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
+    pub scopes: Vec<Scope>,
+    /// Strict pods: on, off or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub strict: StrictArg,
+    /// Wall time of each measured run, e.g. 500ms, 2s [default: 1s; completion 3s].
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "items")]
+    pub duration: Option<Duration>,
+    /// Items per producer per run, instead of a duration.
+    #[arg(long)]
+    pub items: Option<u64>,
+    /// Times each configuration runs; runs are interleaved across configurations.
+    #[arg(long, default_value_t = 2)]
+    pub rounds: usize,
+    /// `live`, `fake:SHAPE` (e.g. fake:2s4c2t: a synthetic machine whose CPUs are
+    /// mapped round-robin onto the real ones) or `sysfs:PATH` (a capture, mapped too).
+    #[arg(long, default_value = "live", conflicts_with_all = ["synthetic", "sysfs_root"])]
+    pub topology: String,
+    /// Same as `--topology fake:SHAPE`.
+    #[arg(long, value_name = "SHAPE", conflicts_with = "sysfs_root")]
+    pub synthetic: Option<String>,
+    /// Same as `--topology sysfs:PATH`.
+    #[arg(long, value_name = "DIR|FILE.tar.gz")]
+    pub sysfs_root: Option<PathBuf>,
+    /// Systems to run, comma-separated: podq, rayon, tokio-spawn-blocking,
+    /// crossbeam-channel, std-mpsc, pernode-threads [default: podq; peers: all].
+    #[arg(long, value_delimiter = ',')]
+    pub systems: Vec<String>,
+    /// `queue`: producer threads [default: one per usable CPU].
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// `latency`: the submitter's CPU [default: the first usable CPU].
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// `latency`: think time between items.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1ms")]
+    pub think: Duration,
+    /// `completion`: completion producers (CQs) [default: one per usable CPU].
+    #[arg(long)]
+    pub cq: Option<usize>,
+    /// `completion`: `node0`, `split` or a cpulist.
+    #[arg(long, default_value = "node0")]
+    pub cq_placement: String,
+    /// `completion`: I/Os in flight per producer.
+    #[arg(long, default_value_t = 16)]
+    pub depth: usize,
+    /// `completion`: rpciod scopes in equal time segments, e.g. smt,cache_shard,smt.
+    #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
+    pub toggle: Vec<Scope>,
+    /// `completion`: allocator object size in bytes.
+    #[arg(long, default_value_t = 256)]
+    pub object_size: usize,
+    /// `completion`: objects per CPU cache in the allocator model.
+    #[arg(long, default_value_t = 16)]
+    pub alloc_cache: usize,
+    /// `completion`: which frees take the allocator's node lock.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub remote_free: RemoteRule,
+    /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+    /// Write an SVG plot: throughput bars and latency CDFs.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+fn parse_scope(text: &str) -> Result<Scope, String> {
+    match text.parse::<Scope>() {
+        Ok(Scope::Default) => Err("`default` is not a scope to benchmark; name it".to_owned()),
+        Ok(scope) => Ok(scope),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Every system name `--systems` accepts.
+pub fn system_names() -> Vec<&'static str> {
+    std::iter::once("podq").chain(peers::NAMES).collect()
+}
+
+fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
+    if !system_names().contains(&name) {
+        return Err(usage(format!(
+            "unknown system `{name}`: expected one of {}",
+            system_names().join(", ")
+        )));
+    }
+    if name == "podq" {
+        return Ok(Arc::new(podq_system::Podq::new(map.topology().clone())));
+    }
+    peers::build(name, map)
+}
+
+/// Runs `podq bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    validate(args)?;
+    let spec = topology_spec(args);
+    let topology = topo::load(&spec).map_err(|e| usage(format!("--topology: {e:#}")))?;
+    let map = CpuMap::new(topology)?;
+    let systems = systems_for(args, &map)?;
+    let length = match (args.items, args.duration) {
+        (Some(n), _) => RunLength::Items(n),
+        (None, Some(d)) => RunLength::Duration(d),
+        (None, None) if args.workload == Workload::Completion => {
+            RunLength::Duration(Duration::from_secs(3))
+        }
+        (None, None) => RunLength::Duration(Duration::from_secs(1)),
+    };
+    let cases = cases_for(args, &map, &systems)?;
+    let progress = progress_bar(args, (cases.len() * args.rounds) as u64);
+    let results = workloads::run_cases(&cases, &map, length, args.rounds, &progress)?;
+    progress.finish_and_clear();
+    let report = Report {
+        schema_version: report::SCHEMA_VERSION,
+        workload: format!("{:?}", args.workload).to_lowercase(),
+        command: std::env::args().collect(),
+        topology: TopologyInfo {
+            spec: spec.clone(),
+            description: topo::describe(map.topology()),
+            cpus: map.vcpus().len(),
+            nodes: map.topology().nodes().len(),
+            real_cpus: map.real_cpus().to_vec(),
+            fake: map.is_fake(),
+        },
+        settings: settings_json(args, length),
+        ratios: if args.workload == Workload::Peers {
+            report::ratios(&results)
+        } else {
+            Vec::new()
+        },
+        results,
+    };
+    let text = render(args, &report, length);
+    match args.json.as_deref() {
+        Some("-") => {
+            eprint!("{text}");
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer_pretty(&mut out, &report).context("writing JSON to stdout")?;
+            writeln!(out).context("writing JSON to stdout")?;
+        }
+        Some(path) => {
+            print!("{text}");
+            let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+            serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
+                .with_context(|| format!("writing {path}"))?;
+        }
+        None => print!("{text}"),
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, plot_of(&report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// The `--topology` value, with `--synthetic` and `--sysfs-root` folded in.
+fn topology_spec(args: &BenchArgs) -> String {
+    if let Some(shape) = &args.synthetic {
+        format!("fake:{shape}")
+    } else if let Some(root) = &args.sysfs_root {
+        format!("sysfs:{}", root.display())
+    } else {
+        args.topology.clone()
+    }
+}
+
+fn validate(args: &BenchArgs) -> Result<()> {
+    if args.rounds == 0 {
+        return Err(usage("--rounds must be at least 1"));
+    }
+    if args.items == Some(0) {
+        return Err(usage("--items must be at least 1"));
+    }
+    if args.duration.is_some_and(|d| d.is_zero()) {
+        return Err(usage("--duration must be longer than zero"));
+    }
+    if args.producers == Some(0) {
+        return Err(usage("--producers must be at least 1"));
+    }
+    if args.depth == 0 {
+        return Err(usage("--depth must be at least 1"));
+    }
+    if !args.toggle.is_empty() && args.workload != Workload::Completion {
+        return Err(usage("--toggle applies to the completion workload only"));
+    }
+    if !args.toggle.is_empty() && args.items.is_some() {
+        return Err(usage("--toggle needs --duration, not --items"));
+    }
+    Ok(())
+}
+
+fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
+    let names: Vec<String> = if !args.systems.is_empty() {
+        args.systems.clone()
+    } else if args.workload == Workload::Peers {
+        system_names().iter().map(|s| (*s).to_owned()).collect()
+    } else {
+        vec!["podq".to_owned()]
+    };
+    let mut systems = Vec::new();
+    for name in &names {
+        if names.iter().filter(|n| *n == name).count() > 1 {
+            return Err(usage(format!("system `{name}` is named twice")));
+        }
+        systems.push(build_system(name, map)?);
+    }
+    Ok(systems)
+}
+
+fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Result<Vec<Case>> {
+    let scopes = if args.scopes.is_empty() {
+        Scope::CONCRETE.to_vec()
+    } else {
+        args.scopes.clone()
+    };
+    let strict = match args.strict {
+        StrictArg::On => vec![true],
+        StrictArg::Off => vec![false],
+        StrictArg::Both => vec![false, true],
+    };
+    if let Some(cpu) = args.cpu {
+        if !map.topology().usable().contains(cpu) {
+            return Err(usage(format!(
+                "--cpu {cpu} is not a usable CPU of the topology ({})",
+                map.topology().usable()
+            )));
+        }
+    }
+    let queue = Test::Queue(QueueParams {
+        producers: args.producers,
+    });
+    let latency = Test::Latency(LatencyParams {
+        cpu: args.cpu,
+        think: args.think,
+    });
+    let tests = match args.workload {
+        Workload::Ladder | Workload::Peers => vec![queue, latency],
+        Workload::Queue => vec![queue],
+        Workload::Latency => vec![latency],
+        Workload::Completion => {
+            let count = args.cq.unwrap_or(map.vcpus().len());
+            let producer_cpus = completion::place_producers(map, &args.cq_placement, count)
+                .map_err(|e| usage(format!("{e:#}")))?;
+            vec![Test::Completion(Arc::new(CompletionParams {
+                producer_cpus,
+                depth: args.depth,
+                alloc: AllocConfig {
+                    object_size: args.object_size,
+                    cache_size: args.alloc_cache,
+                    remote: args.remote_free,
+                },
+                toggle: args.toggle.clone(),
+            }))]
+        }
+    };
+    if !args.toggle.is_empty() {
+        if let Some(s) = systems.iter().find(|s| s.name() != "podq") {
+            return Err(usage(format!(
+                "--toggle changes a podq scope live; `{}` has no scopes",
+                s.name()
+            )));
+        }
+    }
+    let mut cases = Vec::new();
+    for test in tests {
+        for system in systems {
+            let configs = if args.toggle.is_empty() {
+                system.configs(&scopes, &strict)
+            } else {
+                // The toggle list decides rpciod's scope; run each strictness once.
+                system.configs(&args.toggle[..1], &strict)
+            };
+            for config in configs {
+                cases.push(Case {
+                    system: Arc::clone(system),
+                    config,
+                    test: test.clone(),
+                });
+            }
+        }
+    }
+    Ok(cases)
+}
+
+fn progress_bar(args: &BenchArgs, total: u64) -> ProgressBar {
+    if args.quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:30.cyan/blue} {pos}/{len} runs  {msg}  [{elapsed} < {eta}]",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
+    let (duration, items) = match length {
+        RunLength::Duration(d) => (Some(humantime::format_duration(d).to_string()), None),
+        RunLength::Items(n) => (None, Some(n)),
+    };
+    serde_json::json!({
+        "duration": duration,
+        "items": items,
+        "rounds": args.rounds,
+        "scopes": if args.scopes.is_empty() { Scope::CONCRETE.to_vec() } else { args.scopes.clone() },
+        "strict": format!("{:?}", args.strict).to_lowercase(),
+        "producers": args.producers,
+        "cpu": args.cpu,
+        "think": humantime::format_duration(args.think).to_string(),
+        "cq": args.cq,
+        "cq_placement": args.cq_placement,
+        "depth": args.depth,
+        "toggle": args.toggle,
+        "object_size": args.object_size,
+        "alloc_cache": args.alloc_cache,
+        "remote_free": args.remote_free,
+    })
+}
+
+fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
+    let per_run = match length {
+        RunLength::Duration(d) => format!("{} per run", humantime::format_duration(d)),
+        RunLength::Items(n) => format!("{n} items per producer per run"),
+    };
+    let mut out = format!(
+        "podq bench {}: topology {} ({}{}), {} round(s), {per_run}\n",
+        report.workload,
+        report.topology.spec,
+        report.topology.description,
+        if report.topology.fake {
+            format!(", mapped onto real CPUs {:?}", report.topology.real_cpus)
+        } else {
+            String::new()
+        },
+        args.rounds,
+    );
+    let of = |test: &str| -> Vec<&RunResult> {
+        report.results.iter().filter(|r| r.test == test).collect()
+    };
+    let queue = of("queue");
+    if !queue.is_empty() {
+        out.push_str(&queue_table(&queue));
+    }
+    let latency = of("latency");
+    if !latency.is_empty() {
+        out.push_str(&latency_table(&latency, args.think));
+        if args.workload == Workload::Latency {
+            for r in &latency {
+                let config = label(r);
+                if config == "-" {
+                    out.push_str(&format!("\n{}:\n", r.system));
+                } else {
+                    out.push_str(&format!("\n{} {config}:\n", r.system));
+                }
+                if let Some(slat) = &r.submit_ns {
+                    out.push_str(&report::fio_summary("slat", slat));
+                }
+                out.push_str(&report::fio_clat("clat", &r.latency_ns));
+            }
+        }
+    }
+    let completion = of("completion");
+    if !completion.is_empty() {
+        out.push_str(&completion_table(&completion));
+    }
+    if !report.ratios.is_empty() {
+        out.push_str(&ratio_table(report));
+    }
+    out
+}
+
+fn label(r: &RunResult) -> String {
+    let config = report::config_label(r.scope, r.strict);
+    match r.segment {
+        Some(i) => format!("{config} (segment {i})"),
+        None => config,
+    }
+}
+
+fn queue_table(results: &[&RunResult]) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            vec![
+                r.system.clone(),
+                label(r),
+                human_rate(r.items_per_sec),
+                human_ns(r.latency_ns.p50 as f64),
+                human_ns(r.latency_ns.p90 as f64),
+                human_ns(r.latency_ns.p95 as f64),
+            ]
+        })
+        .collect();
+    format!(
+        "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call\n{}",
+        results.first().map_or(0, |r| r.producers),
+        report::table(
+            &["system", "scope", "items/s", "queue p50", "p90", "p95"],
+            &rows,
+            2
+        )
+    )
+}
+
+fn latency_table(results: &[&RunResult], think: Duration) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let l = &r.latency_ns;
+            vec![
+                r.system.clone(),
+                label(r),
+                human_ns(l.p50 as f64),
+                human_ns(l.p90 as f64),
+                human_ns(l.p99 as f64),
+                human_ns(l.p999 as f64),
+                human_ns(l.max as f64),
+                r.submit_ns
+                    .as_ref()
+                    .map_or("-".to_owned(), |s| human_ns(s.stdev)),
+            ]
+        })
+        .collect();
+    format!(
+        "\nlatency: one submitter, depth 1, think time {}; submit to end of item\n{}",
+        humantime::format_duration(think),
+        report::table(
+            &[
+                "system",
+                "scope",
+                "clat p50",
+                "p90",
+                "p99",
+                "p99.9",
+                "max",
+                "slat stdev"
+            ],
+            &rows,
+            2
+        )
+    )
+}
+
+fn completion_table(results: &[&RunResult]) -> String {
+    let percent = |part: u64, whole: u64| {
+        if whole == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:.1}%", part as f64 * 100.0 / whole as f64)
+        }
+    };
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let c = r
+                .completion
+                .as_ref()
+                .expect("completion results carry details");
+            let locks = r.pool_locks.unwrap_or_default();
+            let idle = if c.idle_per_node.is_empty() {
+                &c.idle_per_cpu
+            } else {
+                &c.idle_per_node
+            };
+            let idle: Vec<String> = idle.iter().map(|x| format!("{:.0}%", x * 100.0)).collect();
+            vec![
+                r.system.clone(),
+                label(r),
+                format!("{:.1}", c.mb_per_sec),
+                human_ns(r.latency_ns.p50 as f64),
+                human_ns(r.latency_ns.p99 as f64),
+                percent(
+                    c.allocator.node_lock.contended,
+                    c.allocator.node_lock.acquisitions,
+                ),
+                human_ns(c.allocator.node_lock.wait_ns as f64),
+                if r.pool_locks.is_some() {
+                    percent(locks.enqueue.contended, locks.enqueue.acquisitions)
+                } else {
+                    "-".to_owned()
+                },
+                if r.pool_locks.is_some() {
+                    percent(locks.dequeue.contended, locks.dequeue.acquisitions)
+                } else {
+                    "-".to_owned()
+                },
+                format!("{:.0}", c.context_switches as f64 / r.seconds),
+                format!("{:.0}", c.migrations as f64 / r.seconds),
+                idle.join("/"),
+            ]
+        })
+        .collect();
+    let first = results.first();
+    let idle_head = if first
+        .and_then(|r| r.completion.as_ref())
+        .is_some_and(|c| c.idle_per_node.is_empty())
+    {
+        "idle/cpu"
+    } else {
+        "idle/node"
+    };
+    format!(
+        "\ncompletion: {} CQ producer(s) -> rpciod -> nfsiod, 4 KiB per I/O; lock columns: contended share\n{}",
+        first.map_or(0, |r| r.producers),
+        report::table(
+            &[
+                "system", "rpciod scope", "MB/s", "p50", "p99", "alloc lock", "alloc wait",
+                "enqueue", "dequeue", "ctxsw/s", "migr/s", idle_head
+            ],
+            &rows,
+            2
+        )
+    )
+}
+
+fn ratio_table(report: &Report) -> String {
+    let rows: Vec<Vec<String>> = report
+        .ratios
+        .iter()
+        .map(|r| {
+            let fmt = |v: f64| {
+                if r.metric == "items_per_sec" {
+                    human_rate(v)
+                } else {
+                    human_ns(v)
+                }
+            };
+            vec![
+                format!("{} {}", r.test, r.metric),
+                format!("podq {}", r.podq_config),
+                fmt(r.podq),
+                format!("{}{}", r.peer, if r.best_peer { " (best)" } else { "" }),
+                fmt(r.peer_value),
+                format!("{:.2}x", r.ratio),
+            ]
+        })
+        .collect();
+    format!(
+        "\npodq's best configuration against each peer (ratio = podq / peer)\n{}",
+        report::table(
+            &["metric", "podq", "value", "peer", "value", "ratio"],
+            &rows,
+            4
+        )
+    )
+}
+
+fn plot_of(report: &Report) -> String {
+    let name = |r: &RunResult| format!("{} {}", r.system, label(r));
+    let bars: Vec<plot::Bar> = report
+        .results
+        .iter()
+        .filter(|r| r.test != "latency")
+        .map(|r| plot::Bar {
+            label: format!("{} {}", r.test, name(r)),
+            value: r.items_per_sec,
+        })
+        .collect();
+    let curves: Vec<plot::Curve> = report
+        .results
+        .iter()
+        .filter(|r| r.test != "queue")
+        .map(|r| plot::Curve::of(name(r), &r.histogram))
+        .collect();
+    plot::svg(
+        &format!(
+            "podq bench {} ({})",
+            report.workload, report.topology.description
+        ),
+        &bars,
+        &curves,
+    )
+}

@@ -1,0 +1,124 @@
+//! podq itself as a benchmarked system: one `Workqueue` per queue, items are re-queued
+//! `Work`s, scopes and strictness from the configuration, live scope changes through
+//! `Workqueue::set_scope`, pool lock counters from `Workqueue::stats`.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+
+use anyhow::{Context, Result};
+use podq::{Scope, Topology, Work, Workqueue};
+
+use super::system::{Item, LockCounts, PoolLockCounts, Queue, QueueConfig, System, Task};
+
+/// podq on one topology (virtual CPUs of a fake one are mapped onto the real CPUs by
+/// podq itself).
+pub struct Podq {
+    topology: Topology,
+}
+
+impl Podq {
+    /// podq on `topology`.
+    pub fn new(topology: Topology) -> Podq {
+        Podq { topology }
+    }
+}
+
+impl System for Podq {
+    fn name(&self) -> &'static str {
+        "podq"
+    }
+
+    fn configs(&self, scopes: &[Scope], strict: &[bool]) -> Vec<QueueConfig> {
+        scopes
+            .iter()
+            .flat_map(|&scope| {
+                strict.iter().map(move |&strict| QueueConfig {
+                    scope: Some(scope),
+                    strict: Some(strict),
+                })
+            })
+            .collect()
+    }
+
+    fn new_queue(&self, name: &str, config: QueueConfig) -> Result<Arc<dyn Queue>> {
+        let wq = Workqueue::builder(name)
+            .scope(config.scope.unwrap_or(Scope::Default))
+            .strict(config.strict.unwrap_or(false))
+            .topology(self.topology.clone())
+            .build()
+            .with_context(|| format!("building podq workqueue `{name}` ({})", config.label()))?;
+        Ok(Arc::new(PodqQueue {
+            wq,
+            seen: Mutex::new(BTreeMap::new()),
+        }))
+    }
+
+    fn enter_cpu(&self, vcpu: usize) {
+        // The bench already pinned the thread to the real CPU `vcpu` maps onto; this
+        // makes podq pick the pod of the virtual CPU.
+        podq::set_thread_cpu(Some(vcpu));
+    }
+
+    fn cpu_probe(&self) -> fn() -> usize {
+        podq::current_cpu
+    }
+}
+
+struct PodqQueue {
+    wq: Workqueue,
+    /// The last counters seen of every pool this queue ever used, by pool id: a scope
+    /// change retires pools, and their counts must not vanish from the totals.
+    seen: Mutex<BTreeMap<u64, PoolLockCounts>>,
+}
+
+impl Queue for PodqQueue {
+    fn prepare(&self, task: Task) -> Box<dyn Item> {
+        Box::new(PodqItem {
+            wq: self.wq.clone(),
+            work: Work::new(move || task()),
+        })
+    }
+
+    fn set_scope(&self, scope: Scope) -> Result<()> {
+        self.wq
+            .set_scope(scope)
+            .with_context(|| format!("setting {}'s scope to {scope}", self.wq.name()))
+    }
+
+    fn lock_counts(&self) -> Option<PoolLockCounts> {
+        let convert = |l: &podq::stats::LockStats| LockCounts {
+            acquisitions: l.acquisitions,
+            contended: l.contended,
+            wait_ns: l.wait_ns,
+        };
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        for pool in &self.wq.stats().pools {
+            seen.insert(
+                pool.id,
+                PoolLockCounts {
+                    enqueue: convert(&pool.enqueue_lock),
+                    dequeue: convert(&pool.dequeue_lock),
+                },
+            );
+        }
+        let mut total = PoolLockCounts::default();
+        for counts in seen.values() {
+            total.add(counts);
+        }
+        Some(total)
+    }
+}
+
+struct PodqItem {
+    wq: Workqueue,
+    work: Work,
+}
+
+impl Item for PodqItem {
+    fn submit(&self) {
+        // The workloads re-queue an item only after its run signalled completion, and
+        // the PENDING bit clears before the function runs, so this always queues.
+        let queued = self.wq.queue(&self.work);
+        debug_assert!(queued, "a bench item was still pending when re-queued");
+    }
+}

@@ -1,0 +1,513 @@
+//! Results: the JSON schema, the tables, and fio-style latency percentiles.
+//!
+//! The JSON schema is documented in `crates/podq-cli/BENCH.md`; every field there is
+//! a field here.
+
+use std::fmt::Write as _;
+
+use hdrhistogram::Histogram;
+use podq_topology::Scope;
+use serde::Serialize;
+
+use super::alloc_model::AllocCounts;
+use super::system::PoolLockCounts;
+
+/// The schema version; bumped when a field changes meaning or disappears.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Percentiles fio prints for `clat`.
+pub const FIO_PERCENTILES: [f64; 17] = [
+    1.0, 5.0, 10.0, 20.0, 30.0, 40.0, 50.0, 60.0, 70.0, 80.0, 90.0, 95.0, 99.0, 99.5, 99.9, 99.95,
+    99.99,
+];
+
+/// The whole output of one `podq bench` run.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// `queue`, `latency`, `completion`, `peers` or `ladder`.
+    pub workload: String,
+    /// The command line, for reproducing the run.
+    pub command: Vec<String>,
+    /// What the run ran on.
+    pub topology: TopologyInfo,
+    /// The effective settings.
+    pub settings: serde_json::Value,
+    /// One entry per system, configuration, test (and toggle segment).
+    pub results: Vec<RunResult>,
+    /// podq's best configuration against each peer (`peers` workload only).
+    pub ratios: Vec<Ratio>,
+}
+
+/// The topology of a run.
+#[derive(Debug, Serialize)]
+pub struct TopologyInfo {
+    /// The `--topology` value.
+    pub spec: String,
+    /// One-line summary.
+    pub description: String,
+    /// Usable CPUs of the topology (virtual ones on a fake topology).
+    pub cpus: usize,
+    /// NUMA nodes.
+    pub nodes: usize,
+    /// The real CPUs the run used.
+    pub real_cpus: Vec<usize>,
+    /// Whether virtual CPUs were mapped onto fewer real ones.
+    pub fake: bool,
+}
+
+/// One measured configuration.
+#[derive(Debug, Serialize)]
+pub struct RunResult {
+    /// `queue`, `latency` or `completion`.
+    pub test: &'static str,
+    /// `podq`, `rayon`, `tokio-spawn-blocking`, `crossbeam-channel`, `std-mpsc` or
+    /// `pernode-threads`.
+    pub system: String,
+    /// Affinity scope (podq), `null` for peers.
+    pub scope: Option<Scope>,
+    /// Strict pods (podq), `null` for peers.
+    pub strict: Option<bool>,
+    /// Segment index of a `--toggle` run, else `null`.
+    pub segment: Option<usize>,
+    /// Producer threads.
+    pub producers: usize,
+    /// Items completed (for `completion`: I/Os, each one rpciod and one nfsiod item).
+    pub items: u64,
+    /// Measured wall time, seconds.
+    pub seconds: f64,
+    /// `items / seconds`.
+    pub items_per_sec: f64,
+    /// `queue`: duration of the queue call; `latency`: submit to end of the item;
+    /// `completion`: completion posted to nfsiod item done.
+    pub latency_ns: LatencySummary,
+    /// `latency` only: duration of the submit call (fio's slat).
+    pub submit_ns: Option<LatencySummary>,
+    /// `completion` only.
+    pub completion: Option<CompletionDetail>,
+    /// Pool lock counters, where the system keeps them (podq).
+    pub pool_locks: Option<PoolLockCounts>,
+    /// The full distribution, for plots.
+    #[serde(skip)]
+    pub histogram: Histogram<u64>,
+}
+
+/// The `completion` workload's extra measurements.
+#[derive(Debug, Serialize)]
+pub struct CompletionDetail {
+    /// `items * 4096 / seconds / 1e6`.
+    pub mb_per_sec: f64,
+    /// Idle share per real CPU over the run (0..1), from `/proc/stat`.
+    pub idle_per_cpu: Vec<f64>,
+    /// Idle share per NUMA node; empty on a fake topology, whose nodes share real CPUs.
+    pub idle_per_node: Vec<f64>,
+    /// The allocator model's counters for the run.
+    pub allocator: AllocCounts,
+    /// Pool lock counters of the `nfsiod` queue (`pool_locks` is `rpciod`'s).
+    pub nfsiod_pool_locks: Option<PoolLockCounts>,
+    /// Voluntary plus involuntary context switches of the process.
+    pub context_switches: u64,
+    /// Times a worker saw a different CPU than on its previous item.
+    pub migrations: u64,
+}
+
+impl CompletionDetail {
+    /// Folds in another run of `other_seconds`; this one lasted `seconds`.
+    pub fn merge(&mut self, other: CompletionDetail, seconds: f64, other_seconds: f64) {
+        let total = (seconds + other_seconds).max(f64::MIN_POSITIVE);
+        let weigh = |a: f64, b: f64| (a * seconds + b * other_seconds) / total;
+        self.mb_per_sec = weigh(self.mb_per_sec, other.mb_per_sec);
+        for (a, b) in self.idle_per_cpu.iter_mut().zip(&other.idle_per_cpu) {
+            *a = weigh(*a, *b);
+        }
+        for (a, b) in self.idle_per_node.iter_mut().zip(&other.idle_per_node) {
+            *a = weigh(*a, *b);
+        }
+        self.allocator.add(&other.allocator);
+        if let (Some(a), Some(b)) = (self.nfsiod_pool_locks.as_mut(), other.nfsiod_pool_locks) {
+            a.add(&b);
+        }
+        self.context_switches += other.context_switches;
+        self.migrations += other.migrations;
+    }
+}
+
+/// A latency distribution in nanoseconds.
+#[derive(Debug, Clone, Serialize)]
+pub struct LatencySummary {
+    /// Samples.
+    pub count: u64,
+    /// Smallest sample.
+    pub min: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Standard deviation.
+    pub stdev: f64,
+    /// Largest sample.
+    pub max: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 95th percentile.
+    pub p95: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+    /// `[percentile, value]` at fio's clat percentiles.
+    pub percentiles: Vec<(f64, u64)>,
+}
+
+impl LatencySummary {
+    /// Summarises a histogram of nanoseconds.
+    pub fn of(h: &Histogram<u64>) -> LatencySummary {
+        let q = |p: f64| h.value_at_quantile(p / 100.0);
+        LatencySummary {
+            count: h.len(),
+            min: if h.is_empty() { 0 } else { h.min() },
+            mean: h.mean(),
+            stdev: h.stdev(),
+            max: h.max(),
+            p50: q(50.0),
+            p90: q(90.0),
+            p95: q(95.0),
+            p99: q(99.0),
+            p999: q(99.9),
+            percentiles: FIO_PERCENTILES.iter().map(|&p| (p, q(p))).collect(),
+        }
+    }
+}
+
+/// podq's best configuration against one peer.
+#[derive(Debug, Serialize)]
+pub struct Ratio {
+    /// `queue` or `latency`.
+    pub test: &'static str,
+    /// `items_per_sec` (higher is better), `p50_ns` or `p99_ns` (lower is better).
+    pub metric: &'static str,
+    /// podq's best configuration for this metric, e.g. `smt` or `cache strict`.
+    pub podq_config: String,
+    /// Its value.
+    pub podq: f64,
+    /// The peer.
+    pub peer: String,
+    /// The peer's value.
+    pub peer_value: f64,
+    /// `podq / peer_value`.
+    pub ratio: f64,
+    /// Whether this peer is the best peer for the metric.
+    pub best_peer: bool,
+}
+
+/// A new empty histogram of nanoseconds (1 ns to 100 s, 3 significant digits).
+pub fn new_histogram() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("bounds are valid")
+}
+
+/// Records `ns` into `h`, clamping to the histogram's range.
+pub fn record(h: &mut Histogram<u64>, ns: u64) {
+    h.saturating_record(ns.max(1));
+}
+
+/// Picks a time unit the way fio does: the largest that keeps `value` above 10000 of
+/// the unit below. Returns (name, nanoseconds per unit).
+fn fio_unit(max_ns: u64) -> (&'static str, u64) {
+    if max_ns >= 10_000_000 {
+        ("msec", 1_000_000)
+    } else if max_ns >= 10_000 {
+        ("usec", 1_000)
+    } else {
+        ("nsec", 1)
+    }
+}
+
+/// fio's summary line: `    slat (usec): min=.., max=.., avg=.., stdev=..`.
+pub fn fio_summary(name: &str, s: &LatencySummary) -> String {
+    let (unit, div) = fio_unit(s.max);
+    let d = div as f64;
+    format!(
+        "    {name} ({unit}): min={}, max={}, avg={:.2}, stdev={:.2}\n",
+        s.min / div,
+        s.max / div,
+        s.mean / d,
+        s.stdev / d
+    )
+}
+
+/// The `clat` block fio prints: min/max/avg/stdev and the percentile table.
+pub fn fio_clat(name: &str, s: &LatencySummary) -> String {
+    let mut out = fio_summary(name, s);
+    let largest = s.percentiles.last().map_or(0, |&(_, v)| v);
+    let (unit, div) = fio_unit(largest);
+    let _ = writeln!(out, "     {name} percentiles ({unit}):");
+    for row in s.percentiles.chunks(4) {
+        let cells: Vec<String> = row
+            .iter()
+            .map(|&(p, v)| format!("{p:5.2}th=[{:5}]", v / div))
+            .collect();
+        let _ = writeln!(out, "     | {},", cells.join(", "));
+    }
+    // fio ends the last row without a comma.
+    if out.ends_with(",\n") {
+        out.truncate(out.len() - 2);
+        out.push('\n');
+    }
+    out
+}
+
+/// Nanoseconds for people: `850 ns`, `12.3 µs`, `4.56 ms`, `1.20 s`.
+pub fn human_ns(ns: f64) -> String {
+    if ns < 1e3 {
+        format!("{ns:.0} ns")
+    } else if ns < 1e6 {
+        format!("{:.3} µs", ns / 1e3)
+    } else if ns < 1e9 {
+        format!("{:.3} ms", ns / 1e6)
+    } else {
+        format!("{:.3} s", ns / 1e9)
+    }
+}
+
+/// A rate for people: `812.4 k`, `1.234 M`.
+pub fn human_rate(x: f64) -> String {
+    if x >= 1e6 {
+        format!("{:.3} M", x / 1e6)
+    } else if x >= 1e3 {
+        format!("{:.1} k", x / 1e3)
+    } else {
+        format!("{x:.1}")
+    }
+}
+
+/// Aligns `rows` under `headers`; the first `left` columns are left-aligned, the rest
+/// right-aligned (numbers).
+pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (w, cell) in widths.iter_mut().zip(row) {
+            *w = (*w).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| -> String {
+        let parts: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .enumerate()
+            .map(|(i, (cell, &w))| {
+                let pad = w - cell.chars().count();
+                if i < left {
+                    format!("{cell}{}", " ".repeat(pad))
+                } else {
+                    format!("{}{cell}", " ".repeat(pad))
+                }
+            })
+            .collect();
+        parts.join("  ").trim_end().to_owned()
+    };
+    let mut out = line(headers.to_vec());
+    out.push('\n');
+    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
+    out.push_str(&rule.join("  "));
+    out.push('\n');
+    for row in rows {
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
+        out.push('\n');
+    }
+    out
+}
+
+/// podq's best configuration against each peer, for the `queue` and `latency` tests.
+pub fn ratios(results: &[RunResult]) -> Vec<Ratio> {
+    type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool);
+    let metrics: [Metric; 3] = [
+        ("queue", "items_per_sec", |r| r.items_per_sec, true),
+        ("latency", "p50_ns", |r| r.latency_ns.p50 as f64, false),
+        ("latency", "p99_ns", |r| r.latency_ns.p99 as f64, false),
+    ];
+    let mut out = Vec::new();
+    for (test, metric, value, higher_better) in metrics {
+        let better = |a: f64, b: f64| if higher_better { a > b } else { a < b };
+        let of_test = || {
+            results
+                .iter()
+                .filter(|r| r.test == test && r.segment.is_none())
+        };
+        let Some(podq) = of_test().filter(|r| r.system == "podq").reduce(|a, b| {
+            if better(value(b), value(a)) {
+                b
+            } else {
+                a
+            }
+        }) else {
+            continue;
+        };
+        let peers: Vec<&RunResult> = of_test().filter(|r| r.system != "podq").collect();
+        let best = peers
+            .iter()
+            .copied()
+            .reduce(|a, b| if better(value(b), value(a)) { b } else { a });
+        for peer in &peers {
+            out.push(Ratio {
+                test,
+                metric,
+                podq_config: config_label(podq.scope, podq.strict),
+                podq: value(podq),
+                peer: peer.system.clone(),
+                peer_value: value(peer),
+                ratio: value(podq) / value(peer),
+                best_peer: best.is_some_and(|b| std::ptr::eq(b, *peer)),
+            });
+        }
+    }
+    out
+}
+
+/// `cache`, `cache strict`, or `-` for peers.
+pub fn config_label(scope: Option<Scope>, strict: Option<bool>) -> String {
+    super::system::QueueConfig { scope, strict }.label()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn summary_of(values: impl IntoIterator<Item = u64>) -> LatencySummary {
+        let mut h = new_histogram();
+        for v in values {
+            record(&mut h, v);
+        }
+        LatencySummary::of(&h)
+    }
+
+    #[test]
+    fn fio_block_has_every_percentile_in_rows_of_four() {
+        let s = summary_of((1..=10_000).map(|i| i * 100));
+        let text = fio_clat("clat", &s);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(
+            lines[0].starts_with("    clat (usec): min=0, max=100"),
+            "{text}"
+        );
+        assert_eq!(lines[1], "     clat percentiles (usec):");
+        // 17 percentiles: four full rows and one with 99.99th alone.
+        assert_eq!(lines.len(), 2 + 5);
+        assert!(
+            lines[2].starts_with("     |  1.00th=[   10],  5.00th=[   50]"),
+            "{text}"
+        );
+        assert!(lines[2].ends_with(','), "{text}");
+        assert!(lines[6].starts_with("     | 99.99th=[  999]"), "{text}");
+        assert!(!lines[6].ends_with(','), "{text}");
+        for p in ["50.00th", "99.50th", "99.90th", "99.95th"] {
+            assert!(text.contains(p), "{p} missing in {text}");
+        }
+    }
+
+    #[test]
+    fn fio_units_follow_magnitude() {
+        let small = fio_clat("clat", &summary_of([100, 200, 300]));
+        assert!(small.contains("clat (nsec): min=100, max=300"), "{small}");
+        assert!(small.contains("percentiles (nsec)"), "{small}");
+        let micro = fio_clat("clat", &summary_of([20_000, 30_000]));
+        assert!(micro.contains("clat (usec): min=20, max=30"), "{micro}");
+    }
+
+    #[test]
+    fn summary_percentiles_are_ordered() {
+        let s = summary_of((1..=1000).map(|i| i * 10));
+        assert_eq!(s.count, 1000);
+        assert_eq!(s.min, 10);
+        assert!(s.p50 <= s.p90 && s.p90 <= s.p95 && s.p95 <= s.p99 && s.p99 <= s.max);
+        assert!((4_990..=5_010).contains(&s.p50), "{}", s.p50);
+        assert_eq!(s.percentiles.len(), FIO_PERCENTILES.len());
+    }
+
+    #[test]
+    fn table_aligns_columns() {
+        let t = table(
+            &["system", "items/s"],
+            &[
+                vec!["podq".into(), "1.0 M".into()],
+                vec!["crossbeam-channel".into(), "12.5 k".into()],
+            ],
+            1,
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines.len(), 4);
+        assert_eq!(lines[0].len(), lines[3].len());
+        assert!(lines[2].starts_with("podq   "));
+        assert!(lines[2].ends_with(" 1.0 M"));
+    }
+
+    fn result(
+        test: &'static str,
+        system: &str,
+        scope: Option<Scope>,
+        rate: f64,
+        p50: u64,
+    ) -> RunResult {
+        let mut h = new_histogram();
+        record(&mut h, p50);
+        RunResult {
+            test,
+            system: system.to_owned(),
+            scope,
+            strict: scope.map(|_| false),
+            segment: None,
+            producers: 1,
+            items: 1,
+            seconds: 1.0,
+            items_per_sec: rate,
+            latency_ns: LatencySummary::of(&h),
+            submit_ns: None,
+            completion: None,
+            pool_locks: None,
+            histogram: h,
+        }
+    }
+
+    #[test]
+    fn ratios_compare_podqs_best_with_each_peer() {
+        let results = vec![
+            result("queue", "podq", Some(Scope::Cpu), 900.0, 1),
+            result("queue", "podq", Some(Scope::System), 300.0, 1),
+            result("queue", "rayon", None, 600.0, 1),
+            result("queue", "crossbeam-channel", None, 450.0, 1),
+            result("latency", "podq", Some(Scope::Smt), 1.0, 4_000),
+            result("latency", "podq", Some(Scope::Cache), 1.0, 9_000),
+            result("latency", "rayon", None, 1.0, 8_000),
+        ];
+        let r = ratios(&results);
+        let queue: Vec<&Ratio> = r.iter().filter(|x| x.metric == "items_per_sec").collect();
+        assert_eq!(queue.len(), 2);
+        assert!(queue
+            .iter()
+            .all(|x| x.podq_config == "cpu" && x.podq == 900.0));
+        let rayon = queue.iter().find(|x| x.peer == "rayon").unwrap();
+        assert!(rayon.best_peer);
+        assert!((rayon.ratio - 1.5).abs() < 1e-9);
+        assert!(
+            !queue
+                .iter()
+                .find(|x| x.peer == "crossbeam-channel")
+                .unwrap()
+                .best_peer
+        );
+        // Lower is better for latency: podq's best p50 is smt's.
+        let p50 = r.iter().find(|x| x.metric == "p50_ns").unwrap();
+        assert_eq!(p50.podq_config, "smt");
+        assert!(p50.best_peer && p50.ratio < 0.6, "{p50:?}");
+        // No podq result: no ratios.
+        assert!(ratios(&results[2..4]).is_empty());
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_ns(850.0), "850 ns");
+        assert_eq!(human_ns(12_300.0), "12.300 µs");
+        assert_eq!(human_rate(1_234_000.0), "1.234 M");
+        assert_eq!(human_rate(812_400.0), "812.4 k");
+    }
+}

@@ -1,0 +1,322 @@
+//! What a workload needs from an executor, so podq and its peers run the same code.
+//!
+//! A workload builds its items once (`Queue::prepare`) and submits them again and
+//! again, which is how the kernel's users treat a `work_struct` and how podq's `Work`
+//! is meant to be used. Each system submits through its own natural API: podq re-queues
+//! a `Work`, rayon and tokio spawn a closure, the channel pools send a shared handle.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::Thread;
+
+use anyhow::{bail, Result};
+use podq_topology::{Scope, Topology};
+use serde::Serialize;
+
+/// The body of an item: shared, run any number of times.
+pub type Task = Arc<dyn Fn() + Send + Sync>;
+
+/// How a queue is configured; peers have no scope and no strictness.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct QueueConfig {
+    /// Affinity scope (podq only).
+    pub scope: Option<Scope>,
+    /// Strict pods (podq only).
+    pub strict: Option<bool>,
+}
+
+impl QueueConfig {
+    /// The configuration of a system that has no knobs.
+    pub const PLAIN: QueueConfig = QueueConfig {
+        scope: None,
+        strict: None,
+    };
+
+    /// `scope/strict` for tables, `-` for peers.
+    pub fn label(&self) -> String {
+        match (self.scope, self.strict) {
+            (Some(scope), Some(true)) => format!("{scope} strict"),
+            (Some(scope), _) => scope.to_string(),
+            (None, _) => "-".to_owned(),
+        }
+    }
+}
+
+/// Lock contention of one lock class, summed over pools.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct LockCounts {
+    /// Acquisitions.
+    pub acquisitions: u64,
+    /// Acquisitions that found the lock held.
+    pub contended: u64,
+    /// Total time spent waiting, nanoseconds.
+    pub wait_ns: u64,
+}
+
+impl LockCounts {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &LockCounts) {
+        self.acquisitions += other.acquisitions;
+        self.contended += other.contended;
+        self.wait_ns += other.wait_ns;
+    }
+
+    /// `self - earlier`, for counters sampled at two instants.
+    pub fn since(&self, earlier: &LockCounts) -> LockCounts {
+        LockCounts {
+            acquisitions: self.acquisitions.saturating_sub(earlier.acquisitions),
+            contended: self.contended.saturating_sub(earlier.contended),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
+        }
+    }
+}
+
+/// Pool lock counters of one queue, where the system keeps them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct PoolLockCounts {
+    /// The lock taken to append an item.
+    pub enqueue: LockCounts,
+    /// The lock taken by workers to take an item.
+    pub dequeue: LockCounts,
+}
+
+impl PoolLockCounts {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &PoolLockCounts) {
+        self.enqueue.add(&other.enqueue);
+        self.dequeue.add(&other.dequeue);
+    }
+
+    /// `self - earlier`.
+    pub fn since(&self, earlier: &PoolLockCounts) -> PoolLockCounts {
+        PoolLockCounts {
+            enqueue: self.enqueue.since(&earlier.enqueue),
+            dequeue: self.dequeue.since(&earlier.dequeue),
+        }
+    }
+}
+
+/// An executor under test.
+pub trait System: Send + Sync {
+    /// The name used in tables and JSON (`podq`, `rayon`, ...).
+    fn name(&self) -> &'static str;
+
+    /// The configurations to run for the requested scopes and strictness. Systems
+    /// without scopes return one plain configuration.
+    fn configs(&self, scopes: &[Scope], strict: &[bool]) -> Vec<QueueConfig>;
+
+    /// Creates a queue named `name` (names matter to podq's stats only).
+    fn new_queue(&self, name: &str, config: QueueConfig) -> Result<Arc<dyn Queue>>;
+
+    /// Called on a producer thread after it was pinned to virtual CPU `vcpu`.
+    fn enter_cpu(&self, vcpu: usize) {
+        let _ = vcpu;
+    }
+
+    /// A function telling the virtual CPU of the calling thread as the system sees
+    /// it; items call it on workers.
+    fn cpu_probe(&self) -> fn() -> usize {
+        placement::current_vcpu
+    }
+}
+
+/// One queue of a system.
+pub trait Queue: Send + Sync {
+    /// Turns `task` into an item that can be submitted many times. An item is only
+    /// submitted again after its previous run finished.
+    fn prepare(&self, task: Task) -> Box<dyn Item>;
+
+    /// Changes the affinity scope while items flow (podq only).
+    fn set_scope(&self, scope: Scope) -> Result<()> {
+        bail!("changing the scope live needs podq (got {scope})")
+    }
+
+    /// Pool lock counters, if the system keeps them.
+    fn lock_counts(&self) -> Option<PoolLockCounts> {
+        None
+    }
+}
+
+/// A prepared item.
+pub trait Item: Send + Sync {
+    /// Queues one run of the item.
+    fn submit(&self);
+}
+
+/// A one-shot completion a producer waits on: the worker sets the flag and unparks
+/// the producer; the producer parks until it sees the flag. No polling, no sleeping.
+#[derive(Debug)]
+pub struct Completion {
+    done: AtomicBool,
+    waiter: Thread,
+}
+
+impl Completion {
+    /// A completion the calling thread will wait on.
+    pub fn for_current_thread() -> Arc<Completion> {
+        Arc::new(Completion {
+            done: AtomicBool::new(false),
+            waiter: std::thread::current(),
+        })
+    }
+
+    /// Signals the waiter.
+    pub fn complete(&self) {
+        // Release pairs with the Acquire swap in `wait`: the item's writes are visible
+        // to the producer once it sees the flag.
+        self.done.store(true, Ordering::Release);
+        self.waiter.unpark();
+    }
+
+    /// Waits for `complete` and re-arms. Only the thread that created it may wait.
+    pub fn wait(&self) {
+        while !self.done.swap(false, Ordering::Acquire) {
+            std::thread::park();
+        }
+    }
+}
+
+/// Virtual CPUs (those of the topology under test) and the real CPUs they run on.
+pub mod placement {
+    use super::*;
+
+    thread_local! {
+        static VCPU: Cell<Option<usize>> = const { Cell::new(None) };
+    }
+
+    /// Maps the topology's CPUs onto the CPUs this process may use: virtual CPU `v`
+    /// runs on the `v % n`-th real usable CPU (ascending), as podq maps fake
+    /// topologies. On the live topology this is the identity.
+    #[derive(Clone, Debug)]
+    pub struct CpuMap {
+        topology: Topology,
+        real: Vec<usize>,
+    }
+
+    impl CpuMap {
+        /// Maps `topology` onto the CPUs in this process's affinity mask.
+        pub fn new(topology: Topology) -> Result<CpuMap> {
+            let real = allowed_cpus()?;
+            Ok(CpuMap { topology, real })
+        }
+
+        /// The topology under test.
+        pub fn topology(&self) -> &Topology {
+            &self.topology
+        }
+
+        /// The usable virtual CPUs, ascending.
+        pub fn vcpus(&self) -> Vec<usize> {
+            self.topology.usable().iter().collect()
+        }
+
+        /// The real CPUs, ascending.
+        pub fn real_cpus(&self) -> &[usize] {
+            &self.real
+        }
+
+        /// Whether virtual CPUs are not simply the real ones.
+        pub fn is_fake(&self) -> bool {
+            self.vcpus() != self.real
+        }
+
+        /// The real CPU virtual CPU `vcpu` runs on.
+        pub fn real_of(&self, vcpu: usize) -> usize {
+            let index = self
+                .topology
+                .usable()
+                .iter()
+                .position(|c| c == vcpu)
+                .unwrap_or(vcpu);
+            self.real[index % self.real.len()]
+        }
+
+        /// Pins the calling thread to the real CPU of `vcpu` and records `vcpu` as
+        /// the thread's virtual CPU.
+        pub fn pin_current(&self, vcpu: usize) -> Result<()> {
+            pin_to_real(&[self.real_of(vcpu)])?;
+            set_current_vcpu(Some(vcpu));
+            Ok(())
+        }
+    }
+
+    /// Records the calling thread's virtual CPU (`None`: use the real one).
+    pub fn set_current_vcpu(vcpu: Option<usize>) {
+        VCPU.with(|c| c.set(vcpu));
+    }
+
+    /// The calling thread's virtual CPU if one was set, else the real CPU it runs on.
+    pub fn current_vcpu() -> usize {
+        VCPU.with(Cell::get).unwrap_or_else(real_cpu)
+    }
+
+    /// The real CPU the calling thread runs on right now.
+    pub fn real_cpu() -> usize {
+        // SAFETY: sched_getcpu has no preconditions.
+        let cpu = unsafe { libc::sched_getcpu() };
+        usize::try_from(cpu).unwrap_or(0)
+    }
+
+    /// Restricts the calling thread to `cpus`.
+    pub fn pin_to_real(cpus: &[usize]) -> Result<()> {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        for &cpu in cpus {
+            if cpu >= libc::CPU_SETSIZE as usize {
+                bail!("CPU {cpu} is beyond what sched_setaffinity accepts");
+            }
+            // SAFETY: `cpu` is below CPU_SETSIZE, checked above.
+            unsafe { libc::CPU_SET(cpu, &mut set) };
+        }
+        // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
+        if rc != 0 {
+            bail!(
+                "cannot pin thread to CPUs {cpus:?}: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        Ok(())
+    }
+
+    /// The CPUs in this process's affinity mask, ascending.
+    pub fn allowed_cpus() -> Result<Vec<usize>> {
+        // SAFETY: an all-zero cpu_set_t is a valid empty set.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is writable and of the size passed; pid 0 is this thread.
+        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+        if rc != 0 {
+            bail!(
+                "cannot read the CPU affinity mask: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+            // SAFETY: `cpu` is below CPU_SETSIZE.
+            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+            .collect();
+        if cpus.is_empty() {
+            bail!("the CPU affinity mask is empty");
+        }
+        Ok(cpus)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn completion_wakes_the_waiter_once_per_signal() {
+        let c = Completion::for_current_thread();
+        for _ in 0..100 {
+            let signal = Arc::clone(&c);
+            let t = std::thread::spawn(move || signal.complete());
+            c.wait();
+            t.join().unwrap();
+        }
+        // Re-armed: the flag is clear after each wait.
+        assert!(!c.done.load(Ordering::Acquire));
+    }
+}

@@ -1,0 +1,197 @@
+//! The workloads, and the runner that interleaves systems and configurations in rounds
+//! so that drift (frequency, other load) spreads over all of them alike.
+
+pub mod completion;
+pub mod latency;
+pub mod queue;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Result;
+use hdrhistogram::Histogram;
+use indicatif::ProgressBar;
+
+use super::report::{new_histogram, CompletionDetail, LatencySummary, RunResult};
+use super::system::placement::CpuMap;
+use super::system::{PoolLockCounts, QueueConfig, System};
+
+/// How long one measured run lasts.
+#[derive(Clone, Copy, Debug)]
+pub enum RunLength {
+    /// Wall time per run.
+    Duration(Duration),
+    /// Items per producer per run.
+    Items(u64),
+}
+
+/// Which test a case runs.
+#[derive(Clone, Debug)]
+pub enum Test {
+    /// test_workqueue's shape.
+    Queue(queue::QueueParams),
+    /// One synchronous submitter with think time.
+    Latency(latency::LatencyParams),
+    /// The NFS-over-RDMA miniature.
+    Completion(Arc<completion::CompletionParams>),
+}
+
+impl Test {
+    fn name(&self) -> &'static str {
+        match self {
+            Test::Queue(_) => "queue",
+            Test::Latency(_) => "latency",
+            Test::Completion(_) => "completion",
+        }
+    }
+}
+
+/// One system in one configuration running one test.
+pub struct Case {
+    /// The system.
+    pub system: Arc<dyn System>,
+    /// Its configuration.
+    pub config: QueueConfig,
+    /// The test.
+    pub test: Test,
+}
+
+/// What one measured run (or one toggle segment of it) produced.
+pub struct Sample {
+    /// Items completed.
+    pub items: u64,
+    /// Wall time.
+    pub seconds: f64,
+    /// The test's main latency.
+    pub latency: Histogram<u64>,
+    /// Submit-call latency (latency test).
+    pub submit: Option<Histogram<u64>>,
+    /// Pool lock counters over the run.
+    pub pool_locks: Option<PoolLockCounts>,
+    /// Completion-test extras.
+    pub completion: Option<CompletionDetail>,
+    /// The scope in force during a toggle segment.
+    pub segment_scope: Option<podq_topology::Scope>,
+}
+
+impl Sample {
+    fn merge(&mut self, other: Sample) {
+        let total = self.seconds + other.seconds;
+        self.items += other.items;
+        // Both histograms share bounds, so adding cannot fail.
+        let _ = self.latency.add(&other.latency);
+        if let (Some(a), Some(b)) = (self.submit.as_mut(), other.submit.as_ref()) {
+            let _ = a.add(b);
+        }
+        if let (Some(a), Some(b)) = (self.pool_locks.as_mut(), other.pool_locks) {
+            a.add(&b);
+        }
+        if let (Some(a), Some(b)) = (self.completion.as_mut(), other.completion) {
+            a.merge(b, self.seconds, other.seconds);
+        }
+        self.seconds = total;
+    }
+}
+
+/// Runs every case `rounds` times, rotating the order each round, and returns one
+/// result per case (and per toggle segment).
+pub fn run_cases(
+    cases: &[Case],
+    map: &CpuMap,
+    length: RunLength,
+    rounds: usize,
+    progress: &ProgressBar,
+) -> Result<Vec<RunResult>> {
+    let mut totals: Vec<Option<Vec<Sample>>> = (0..cases.len()).map(|_| None).collect();
+    for round in 0..rounds {
+        for k in 0..cases.len() {
+            let index = (k + round) % cases.len();
+            let case = &cases[index];
+            progress.set_message(format!(
+                "{} {} {}",
+                case.test.name(),
+                case.system.name(),
+                case.config.label()
+            ));
+            let samples = run_case(case, map, length)?;
+            progress.inc(1);
+            match &mut totals[index] {
+                slot @ None => *slot = Some(samples),
+                Some(acc) => {
+                    for (a, s) in acc.iter_mut().zip(samples) {
+                        a.merge(s);
+                    }
+                }
+            }
+        }
+    }
+    let mut results = Vec::new();
+    for (case, samples) in cases.iter().zip(totals) {
+        let samples = samples.unwrap_or_default();
+        let segmented = samples.len() > 1;
+        for (segment, s) in samples.into_iter().enumerate() {
+            results.push(RunResult {
+                test: case.test.name(),
+                system: case.system.name().to_owned(),
+                scope: s.segment_scope.or(case.config.scope),
+                strict: case.config.strict,
+                segment: segmented.then_some(segment),
+                producers: producers_of(&case.test, map),
+                items: s.items,
+                seconds: s.seconds,
+                items_per_sec: if s.seconds > 0.0 {
+                    s.items as f64 / s.seconds
+                } else {
+                    0.0
+                },
+                latency_ns: LatencySummary::of(&s.latency),
+                submit_ns: s.submit.as_ref().map(LatencySummary::of),
+                completion: s.completion,
+                pool_locks: s.pool_locks,
+                histogram: s.latency,
+            });
+        }
+    }
+    Ok(results)
+}
+
+fn producers_of(test: &Test, map: &CpuMap) -> usize {
+    match test {
+        Test::Queue(p) => p.producer_cpus(map).len(),
+        Test::Latency(_) => 1,
+        Test::Completion(p) => p.producer_cpus.len(),
+    }
+}
+
+fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>> {
+    match &case.test {
+        Test::Queue(p) => Ok(vec![queue::run(
+            &*case.system,
+            case.config,
+            map,
+            p,
+            length,
+        )?]),
+        Test::Latency(p) => Ok(vec![latency::run(
+            &*case.system,
+            case.config,
+            map,
+            p,
+            length,
+        )?]),
+        Test::Completion(p) => completion::run(&*case.system, case.config, map, p, length),
+    }
+}
+
+/// An empty sample to fill.
+fn empty_sample() -> Sample {
+    Sample {
+        items: 0,
+        seconds: 0.0,
+        latency: new_histogram(),
+        submit: None,
+        pool_locks: None,
+        completion: None,
+        segment_scope: None,
+    }
+}

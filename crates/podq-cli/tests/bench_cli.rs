@@ -1,0 +1,328 @@
+//! `podq bench` end to end with tiny sizes: every workload runs and its JSON has the
+//! documented fields. Timing values are not checked; benchmarks are not tests.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn podq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(args)
+        .output()
+        .expect("the podq binary runs")
+}
+
+fn json_of(args: &[&str]) -> Value {
+    let out = podq(args);
+    assert!(
+        out.status.success(),
+        "podq {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}
+
+/// Checks the fields every result carries and returns the results.
+fn results(report: &Value, workload: &str) -> Vec<Value> {
+    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["workload"], workload);
+    assert!(report["topology"]["cpus"].as_u64().unwrap() >= 1);
+    assert!(report["settings"].is_object());
+    let results = report["results"].as_array().expect("results array").clone();
+    assert!(!results.is_empty());
+    for r in &results {
+        for key in [
+            "test",
+            "system",
+            "producers",
+            "items",
+            "seconds",
+            "items_per_sec",
+        ] {
+            assert!(!r[key].is_null(), "{key} missing in {r}");
+        }
+        assert!(r["items"].as_u64().unwrap() > 0, "{r}");
+        assert!(r["items_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        let l = &r["latency_ns"];
+        for key in [
+            "count", "min", "mean", "stdev", "max", "p50", "p90", "p95", "p99", "p999",
+        ] {
+            assert!(l[key].is_number(), "latency_ns.{key} missing in {r}");
+        }
+        assert_eq!(l["percentiles"].as_array().unwrap().len(), 17);
+        assert!(l["p50"].as_u64() <= l["p99"].as_u64());
+    }
+    results
+}
+
+const FAST: [&str; 6] = ["--items", "300", "--rounds", "1", "--json", "-"];
+
+#[test]
+fn queue_workload_counts_every_item() {
+    let report = json_of(
+        &[
+            &["bench", "queue", "--systems", "crossbeam-channel,std-mpsc"][..],
+            &["--producers", "3"],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "queue");
+    assert_eq!(results.len(), 2);
+    for r in &results {
+        assert_eq!(r["test"], "queue");
+        assert_eq!(r["producers"], 3);
+        // --items is per producer; every one of them ran.
+        assert_eq!(r["items"], 900);
+        assert!(r["scope"].is_null() && r["strict"].is_null());
+    }
+}
+
+#[test]
+fn latency_workload_reports_slat_and_clat() {
+    let report = json_of(
+        &[
+            &["bench", "latency", "--systems", "rayon", "--think", "50us"][..],
+            &["--duration", "200ms", "--rounds", "1", "--json", "-"],
+        ]
+        .concat(),
+    );
+    let results = results(&report, "latency");
+    assert_eq!(results[0]["producers"], 1);
+    assert!(results[0]["submit_ns"]["p50"].is_number());
+    assert_eq!(report["settings"]["think"], "50us");
+}
+
+#[test]
+fn peers_workload_runs_every_peer_on_both_tests() {
+    let report = json_of(
+        &[
+            &["bench", "peers"][..],
+            &[
+                "--systems",
+                "rayon,tokio-spawn-blocking,crossbeam-channel,std-mpsc,pernode-threads",
+            ],
+            &["--think", "20us"],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "peers");
+    for test in ["queue", "latency"] {
+        let systems: Vec<&str> = results
+            .iter()
+            .filter(|r| r["test"] == test)
+            .map(|r| r["system"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            systems,
+            [
+                "rayon",
+                "tokio-spawn-blocking",
+                "crossbeam-channel",
+                "std-mpsc",
+                "pernode-threads"
+            ],
+            "{test}"
+        );
+    }
+    assert!(report["ratios"].is_array());
+}
+
+#[test]
+fn completion_workload_on_a_fake_two_node_topology() {
+    let report = json_of(
+        &[
+            &["bench", "completion", "--systems", "pernode-threads"][..],
+            &[
+                "--topology",
+                "fake:2s2c1t",
+                "--cq-placement",
+                "split",
+                "--depth",
+                "4",
+            ],
+            &FAST,
+        ]
+        .concat(),
+    );
+    assert_eq!(report["topology"]["nodes"], 2);
+    assert_eq!(report["topology"]["fake"], true);
+    let results = results(&report, "completion");
+    let r = &results[0];
+    // 4 CQs (one per virtual CPU) x 300 I/Os each, all accounted for.
+    assert_eq!(r["producers"], 4);
+    assert_eq!(r["items"], 1200);
+    let c = &r["completion"];
+    assert!(c["mb_per_sec"].as_f64().unwrap() > 0.0);
+    // Every I/O frees two objects; with the CPU rule each is local or remote.
+    let a = &c["allocator"];
+    let frees = a["fast_frees"].as_u64().unwrap()
+        + a["remote_frees"].as_u64().unwrap()
+        + a["overflow_frees"].as_u64().unwrap();
+    assert_eq!(frees, 2400);
+    assert_eq!(
+        a["fast_allocs"].as_u64().unwrap() + a["slow_allocs"].as_u64().unwrap(),
+        2400
+    );
+    for key in [
+        "idle_per_cpu",
+        "idle_per_node",
+        "context_switches",
+        "migrations",
+    ] {
+        assert!(!c[key].is_null(), "{key}");
+    }
+}
+
+#[test]
+fn plot_and_json_files_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("ladder.svg");
+    let json = dir.path().join("out.json");
+    let out = podq(&[
+        "bench",
+        "peers",
+        "--systems",
+        "crossbeam-channel,rayon",
+        "--items",
+        "200",
+        "--rounds",
+        "1",
+        "--think",
+        "10us",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("crossbeam-channel"), "{table}");
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(results(&report, "peers").len(), 4);
+    let text = std::fs::read_to_string(&svg).unwrap();
+    let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
+    let count = |class: &str| {
+        doc.descendants()
+            .filter(|n| n.attribute("class") == Some(class))
+            .count()
+    };
+    assert_eq!(count("bar"), 2);
+    assert_eq!(count("cdf"), 2);
+}
+
+#[test]
+fn bad_input_is_a_usage_error_that_names_it() {
+    let cases: [(&[&str], &str); 7] = [
+        (&["bench", "queue", "--systems", "nope"], "nope"),
+        (&["bench", "queue", "--topology", "fake:2x"], "`2x`"),
+        (
+            &["bench", "queue", "--scopes", "cache_sharded"],
+            "cache_sharded",
+        ),
+        (&["bench", "queue", "--rounds", "0"], "--rounds"),
+        (
+            &["bench", "latency", "--systems", "rayon", "--cpu", "999"],
+            "999",
+        ),
+        (
+            &[
+                "bench",
+                "completion",
+                "--systems",
+                "rayon",
+                "--toggle",
+                "smt,cache",
+            ],
+            "rayon",
+        ),
+        (
+            &[
+                "bench",
+                "completion",
+                "--systems",
+                "rayon",
+                "--cq-placement",
+                "0-900",
+            ],
+            "CPU",
+        ),
+    ];
+    for (args, needle) in cases {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn podq_runs_every_scope_and_strictness_on_a_fake_topology() {
+    let report = json_of(
+        &[
+            &[
+                "bench",
+                "ladder",
+                "--topology",
+                "fake:2s2c2t",
+                "--think",
+                "20us",
+            ][..],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "ladder");
+    // 6 scopes x 2 strictness x (queue, latency).
+    assert_eq!(results.len(), 24);
+    for r in &results {
+        assert_eq!(r["system"], "podq");
+        assert!(r["scope"].is_string() && r["strict"].is_boolean(), "{r}");
+        assert!(r["pool_locks"]["enqueue"]["acquisitions"].is_u64(), "{r}");
+    }
+    // The queue test has one producer per virtual CPU: 8 x 300 items.
+    let queue = results.iter().find(|r| r["test"] == "queue").unwrap();
+    assert_eq!(queue["items"], 2400);
+}
+
+#[test]
+fn completion_toggle_reports_each_segment_with_its_scope() {
+    let report = json_of(&[
+        "bench",
+        "completion",
+        "--topology",
+        "fake:2s2c2t",
+        "--toggle",
+        "smt,cache_shard,smt",
+        "--strict",
+        "off",
+        "--duration",
+        "600ms",
+        "--rounds",
+        "1",
+        "--depth",
+        "2",
+        "--json",
+        "-",
+    ]);
+    let results = results(&report, "completion");
+    let segments: Vec<(u64, &str)> = results
+        .iter()
+        .map(|r| (r["segment"].as_u64().unwrap(), r["scope"].as_str().unwrap()))
+        .collect();
+    assert_eq!(segments, [(0, "smt"), (1, "cache_shard"), (2, "smt")]);
+    for r in &results {
+        assert!(r["completion"]["nfsiod_pool_locks"].is_object(), "{r}");
+    }
+}
