@@ -709,7 +709,12 @@ impl WqShared {
             work: Arc::clone(&work.inner),
             seq,
         };
-        self.enqueue(task, cpu)?;
+        if let Err(e) = self.enqueue(task, cpu) {
+            // Refused after PENDING was taken (a drain or teardown began in between):
+            // give it back, or the item would stay pending and never run.
+            work.inner.state.release(seq);
+            return Err(e);
+        }
         Ok(true)
     }
 
@@ -722,8 +727,8 @@ impl WqShared {
         cpu: Option<usize>,
     ) {
         let task = Task::Work { work, seq };
-        if let Err(Task::Work { work, .. }) = self.enqueue_any(task, cpu, true) {
-            if work.state.cancel() {
+        if let Err(Task::Work { work, seq }) = self.enqueue_any(task, cpu, true) {
+            if work.state.release(seq) {
                 self.counters.cancelled.inc();
             }
         }

@@ -238,3 +238,46 @@ fn process_exit_does_not_wait_for_idle_workers() {
     );
     eprintln!("child exited in {:?}", start.elapsed());
 }
+
+#[test]
+fn a_queue_call_refused_by_a_drain_leaves_the_item_idle() {
+    // One thread drains over and over; another queues one item and waits for each
+    // accepted run. A refused queue call (`false` while draining) must leave the item
+    // idle: not pending, never run later, free to be queued again.
+    let wq = Workqueue::builder("shut-refused").build().unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let drainer = {
+        let (wq, stop) = (wq.clone(), stop.clone());
+        std::thread::spawn(move || {
+            while !stop.load(SeqCst) {
+                wq.drain();
+            }
+        })
+    };
+    let runs = counter();
+    let work = {
+        let r = runs.clone();
+        Work::new(move || {
+            r.fetch_add(1, SeqCst);
+        })
+    };
+    let (mut accepted, mut refused) = (0usize, 0usize);
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(2) {
+        if wq.queue(&work) {
+            accepted += 1;
+            work.flush();
+        } else {
+            refused += 1;
+            assert!(
+                !work.is_pending(),
+                "a refused queue call left the item pending"
+            );
+        }
+    }
+    stop.store(true, SeqCst);
+    drainer.join().unwrap();
+    wq.flush();
+    assert_eq!(runs.load(SeqCst), accepted, "{refused} refused calls");
+    assert!(refused > 0, "the drains refused some calls");
+}

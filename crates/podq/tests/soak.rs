@@ -43,6 +43,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_millis(100);
 /// what a leak of one allocation per item would reach over a run.
 const RSS_GROWTH_LIMIT: u64 = 64 << 20;
 const PANIC_TAG: &str = "soak-panic";
+/// How long producers may take to settle (flush everything) once the run is over.
+const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
 fn soak_secs() -> u64 {
     let default = if cfg!(debug_assertions) { 8 } else { 60 };
@@ -527,6 +529,18 @@ fn soak_mixed_traffic_counts_every_item() {
         if rss_warm.is_none() && started.elapsed() >= warm_up {
             rss_warm = Some(rss);
         }
+    }
+    // A flush or drain that never returns means an item counted in flight was lost:
+    // fail with the queues' totals instead of hanging.
+    let settled = wait_for(SETTLE_LIMIT, || producers.iter().all(|h| h.is_finished()));
+    if !settled {
+        podq::clear_panic_hook();
+        panic!(
+            "producers did not settle within {SETTLE_LIMIT:?} after the run: a flush or drain \
+             is stuck; totals {:?} / ordered {:?}",
+            wq.stats().totals,
+            ordered.stats().totals
+        );
     }
     let steps: u64 = producers.into_iter().map(|h| h.join().unwrap()).sum();
     stop.store(true, SeqCst);

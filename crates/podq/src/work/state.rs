@@ -232,6 +232,20 @@ impl<T> WorkState<T> {
         ok
     }
 
+    /// Gives back PENDING taken for instance `seq` that was never queued (the workqueue
+    /// refused it); does nothing if that instance was cancelled meanwhile (a later
+    /// instance is never touched). Returns whether it gave it back.
+    pub(crate) fn release(&self, seq: u32) -> bool {
+        let (old, ok) = self.update(|w| {
+            (w & PENDING != 0 && seq_of(w) == seq)
+                .then(|| with_seq(w & !(PENDING | TIMER | WAITERS), seq.wrapping_add(1)))
+        });
+        if ok {
+            self.notify_if(old);
+        }
+        ok
+    }
+
     /// Raises the disable depth (queueing fails while it is above zero) and cancels a
     /// pending instance. Returns whether one was pending.
     pub(crate) fn disable(&self) -> bool {
