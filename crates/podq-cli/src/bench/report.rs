@@ -5,6 +5,8 @@
 
 use std::fmt::Write as _;
 
+use crate::table::Align;
+
 use hdrhistogram::Histogram;
 use podq_topology::Scope;
 use serde::Serialize;
@@ -281,41 +283,13 @@ pub fn human_rate(x: f64) -> String {
     }
 }
 
-/// Aligns `rows` under `headers`; the first `left` columns are left-aligned, the rest
-/// right-aligned (numbers).
+/// Aligns `rows` under `headers` with a rule; the first `left` columns are
+/// left-aligned, the rest right-aligned (numbers).
 pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
-    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
-    for row in rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: Vec<&str>| -> String {
-        let parts: Vec<String> = cells
-            .iter()
-            .zip(&widths)
-            .enumerate()
-            .map(|(i, (cell, &w))| {
-                let pad = w - cell.chars().count();
-                if i < left {
-                    format!("{cell}{}", " ".repeat(pad))
-                } else {
-                    format!("{}{cell}", " ".repeat(pad))
-                }
-            })
-            .collect();
-        parts.join("  ").trim_end().to_owned()
-    };
-    let mut out = line(headers.to_vec());
-    out.push('\n');
-    let rule: Vec<String> = widths.iter().map(|&w| "-".repeat(w)).collect();
-    out.push_str(&rule.join("  "));
-    out.push('\n');
-    for row in rows {
-        out.push_str(&line(row.iter().map(String::as_str).collect()));
-        out.push('\n');
-    }
-    out
+    let align: Vec<Align> = (0..headers.len())
+        .map(|i| if i < left { Align::Left } else { Align::Right })
+        .collect();
+    crate::table::aligned(headers, rows, &align, true)
 }
 
 /// podq's best configuration against each peer, for the `queue` and `latency` tests.
