@@ -535,9 +535,31 @@ fn soak_mixed_traffic_counts_every_item() {
     let settled = wait_for(SETTLE_LIMIT, || producers.iter().all(|h| h.is_finished()));
     if !settled {
         podq::clear_panic_hook();
+        // Pools holding items that neither started nor were cancelled, with their workers.
+        let stuck: Vec<String> = wq
+            .stats()
+            .pools
+            .iter()
+            .filter(|p| p.queued != p.started + p.cancelled)
+            .map(|p| {
+                format!(
+                    "pool {} pod {} strict {}: queued {} started {} cancelled {} \
+                     max_active_waits {} workers {} idle {}",
+                    p.id,
+                    p.pod_cpus,
+                    p.strict,
+                    p.queued,
+                    p.started,
+                    p.cancelled,
+                    p.max_active_waits,
+                    p.workers,
+                    p.idle
+                )
+            })
+            .collect();
         panic!(
             "producers did not settle within {SETTLE_LIMIT:?} after the run: a flush or drain \
-             is stuck; totals {:?} / ordered {:?}",
+             is stuck; totals {:?} / ordered {:?}; pools {stuck:#?}",
             wq.stats().totals,
             ordered.stats().totals
         );
