@@ -549,7 +549,7 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, boo
 /// for a rescuer).
 fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) {
     let Entry { task, meta } = entry;
-    let (work, seq) = match task {
+    let (work, mut seq) = match task {
         Task::Once(f) => {
             execute(pool, mine, &meta, 0, f);
             return meta.pwq.complete(meta.gen);
@@ -569,10 +569,16 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) 
                     },
                     meta,
                 };
-                match work.state.hand_off(entry) {
-                    None => return,
-                    Some(back) => meta = back.meta,
-                }
+                // What comes back (this entry, or one it displaced from the slot,
+                // possibly of another instance and pwq) is taken through `start` again.
+                let Some(back) = work.state.hand_off(entry) else {
+                    return;
+                };
+                let Task::Work { seq: back_seq, .. } = back.task else {
+                    unreachable!("only work entries are handed off")
+                };
+                seq = back_seq;
+                meta = back.meta;
             }
         }
     }

@@ -415,3 +415,64 @@ fn bad_attributes_are_refused_and_change_nothing() {
     ));
     assert_eq!(wq.spawn(|| 1).join().unwrap(), 1, "still works");
 }
+
+#[test]
+fn cancelled_handed_off_instance_does_not_lose_the_next_one() {
+    // The item runs (blocked); a second instance is queued and handed to the running
+    // worker, cancelled there, and a third is queued and handed off over it. Every
+    // instance must run or be reported cancelled, and flush must return.
+    let wq = Workqueue::builder("t-handoff-stale").build().unwrap();
+    let gate = Arc::new((Mutex::new(false), std::sync::Condvar::new()));
+    let runs = counter();
+    let (started_tx, started_rx) = std::sync::mpsc::channel();
+    let work = {
+        let (gate, runs) = (gate.clone(), runs.clone());
+        let started_tx = Mutex::new(started_tx);
+        Work::new(move || {
+            if runs.fetch_add(1, SeqCst) == 0 {
+                started_tx.lock().unwrap().send(()).unwrap();
+                // Out of the running count, so another worker takes the next instance.
+                podq::blocking(|| {
+                    let (open, cv) = &*gate;
+                    let mut open = open.lock().unwrap();
+                    while !*open {
+                        open = cv.wait(open).unwrap();
+                    }
+                });
+            }
+        })
+    };
+    assert!(wq.queue(&work));
+    started_rx.recv().unwrap();
+    assert!(
+        wq.queue(&work),
+        "queueing while running makes a new instance"
+    );
+    // Time for a worker to take it and hand it off (only widens the window).
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(work.cancel(), "the handed-off instance was pending");
+    assert!(wq.queue(&work));
+    std::thread::sleep(Duration::from_millis(100));
+    {
+        let (open, cv) = &*gate;
+        *open.lock().unwrap() = true;
+        cv.notify_all();
+    }
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    {
+        let (wq, work) = (wq.clone(), work.clone());
+        std::thread::spawn(move || {
+            wq.flush();
+            work.flush();
+            done_tx.send(()).unwrap();
+        });
+    }
+    done_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("flush hung: an instance was lost in the handoff");
+    assert_eq!(runs.load(SeqCst), 2, "the first and the third instance ran");
+    let totals = wq.stats().totals;
+    assert_eq!(totals.queued, 3);
+    assert_eq!(totals.started, 2);
+    assert_eq!(totals.cancelled, 1);
+}

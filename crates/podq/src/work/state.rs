@@ -174,36 +174,40 @@ impl<T> WorkState<T> {
         verdict
     }
 
-    /// Hands `payload` to the worker running the item. Returns it back if that worker
-    /// finished meanwhile (the caller then retries `start`).
+    /// Hands `payload` to the worker running the item. Returns an entry the caller must
+    /// take through `start` again: `payload` itself if that worker finished meanwhile,
+    /// or the entry it displaced from the slot (an instance that went stale while it
+    /// waited there, or — if `payload` went stale since its `start` — the live one).
     pub(crate) fn hand_off(&self, payload: T) -> Option<T> {
+        // HANDOFF and the slot change together under the slot lock: HANDOFF is set
+        // exactly while the slot holds an entry.
         let mut slot = lock(&self.handoff);
-        *slot = Some(payload);
-        let (_, ok) =
-            self.update(|w| (w & RUNNING != 0 && w & HANDOFF == 0).then_some(w | HANDOFF));
+        let (_, ok) = self.update(|w| (w & RUNNING != 0).then_some(w | HANDOFF));
         if ok {
-            None
+            slot.replace(payload)
         } else {
-            slot.take()
+            Some(payload)
         }
     }
 
     /// The running worker finished one run. Returns the next instance handed to it (the
     /// item stays RUNNING: the caller must `restart` it), or `None` with RUNNING cleared.
     pub(crate) fn finish(&self) -> Option<T> {
-        let (old, _) = self.update(|w| {
-            Some(if w & HANDOFF != 0 {
-                w & !HANDOFF
-            } else {
-                w & !(RUNNING | WAITERS)
-            })
-        });
-        if old & HANDOFF != 0 {
-            // The depositor filled the slot before setting HANDOFF, under this lock.
-            return lock(&self.handoff).take();
+        loop {
+            let (old, ok) = self.update(|w| (w & HANDOFF == 0).then_some(w & !(RUNNING | WAITERS)));
+            if ok {
+                self.notify_if(old);
+                return None;
+            }
+            // Clear HANDOFF and empty the slot in one hold of the slot lock, so that a
+            // depositor cannot set HANDOFF again in between and leave it set over an
+            // empty slot. Only this worker clears HANDOFF, so the CAS succeeds.
+            let mut slot = lock(&self.handoff);
+            let (_, ok) = self.update(|w| (w & HANDOFF != 0).then_some(w & !HANDOFF));
+            if ok {
+                return slot.take();
+            }
         }
-        self.notify_if(old);
-        None
     }
 
     /// Runs handed-off instance `seq` on the worker already holding RUNNING. False if it
@@ -381,6 +385,33 @@ mod tests {
         assert_eq!(s.start(b), Start::Run);
     }
 
+    /// An instance waiting in the handoff slot is cancelled and the item queued again
+    /// while the same run goes on: the new instance's depositor finds HANDOFF already
+    /// set. The stale entry must come back to be dropped (and accounted), and the new
+    /// one must reach the runner; before, the stale entry was overwritten unaccounted
+    /// and the runner could leave RUNNING set with nothing to run.
+    #[test]
+    fn handoff_over_a_cancelled_handed_instance() {
+        let s: WorkState<u32> = WorkState::new();
+        let a = s.try_pend(false).unwrap();
+        assert_eq!(s.start(a), Start::Run);
+        let b = s.try_pend(false).unwrap();
+        assert_eq!(s.start(b), Start::Busy);
+        assert_eq!(s.hand_off(b), None);
+        assert!(s.cancel(), "the handed instance is still pending");
+        let c = s.try_pend(false).unwrap();
+        assert_eq!(s.start(c), Start::Busy);
+        let back = s
+            .hand_off(c)
+            .expect("the displaced stale instance comes back");
+        assert_eq!(back, b);
+        assert_eq!(s.start(back), Start::Stale, "dropped and counted cancelled");
+        assert_eq!(s.finish(), Some(c), "the runner gets the live instance");
+        assert!(s.restart(c));
+        assert_eq!(s.finish(), None);
+        assert_eq!(s.load() & (PENDING | RUNNING | HANDOFF), 0);
+    }
+
     #[test]
     fn sequence_order_wraps() {
         assert!(seq_le(1, 1));
@@ -497,6 +528,65 @@ mod loom_tests {
             };
             worker.join().unwrap();
             canceller.join().unwrap();
+        });
+    }
+
+    /// A handed instance is cancelled and the item queued again while the same run goes
+    /// on; the new instance's worker hands it off (finding HANDOFF set over the stale
+    /// entry) while the runner finishes. The live instance runs exactly once, the stale
+    /// one is dropped exactly once, and the item ends idle.
+    #[test]
+    fn loom_handoff_over_a_stale_handed_instance() {
+        loom::model(|| {
+            let s = Arc::new(WorkState::<u32>::new());
+            let first = s.try_pend(false).unwrap();
+            assert_eq!(s.start(first), Start::Run);
+            let stale = s.try_pend(false).unwrap();
+            assert_eq!(s.start(stale), Start::Busy);
+            assert_eq!(s.hand_off(stale), None);
+            assert!(s.cancel());
+            let live = s.try_pend(false).unwrap();
+            let runs = Arc::new(AtomicU32::new(0));
+            let dropped = Arc::new(AtomicU32::new(0));
+            let depositor = {
+                let (s, runs, dropped) = (s.clone(), runs.clone(), dropped.clone());
+                loom::thread::spawn(move || {
+                    let mut seq = live;
+                    loop {
+                        match s.start(seq) {
+                            Start::Stale => {
+                                dropped.fetch_add(1, SeqCst);
+                                return;
+                            }
+                            Start::Run => break,
+                            Start::Busy => match s.hand_off(seq) {
+                                None => return,
+                                Some(back) => seq = back,
+                            },
+                        }
+                    }
+                    assert_eq!(seq, live);
+                    runs.fetch_add(1, SeqCst);
+                    assert_eq!(s.finish(), None, "nothing else was queued");
+                })
+            };
+            // The runner ends its run of `first` and runs what is handed to it.
+            while let Some(next) = s.finish() {
+                if s.restart(next) {
+                    assert_eq!(next, live);
+                    runs.fetch_add(1, SeqCst);
+                } else {
+                    dropped.fetch_add(1, SeqCst);
+                }
+            }
+            depositor.join().unwrap();
+            assert_eq!(runs.load(SeqCst), 1, "the live instance runs once");
+            assert_eq!(
+                dropped.load(SeqCst),
+                1,
+                "the stale instance is dropped once"
+            );
+            assert_eq!(s.load() & (PENDING | RUNNING | HANDOFF), 0);
         });
     }
 
