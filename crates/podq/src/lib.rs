@@ -44,7 +44,6 @@ mod delayed;
 mod error;
 pub mod fault;
 mod join;
-pub mod policy;
 mod pool;
 pub mod procfs;
 pub mod stats;
@@ -52,6 +51,10 @@ mod sync;
 pub mod testing;
 mod work;
 mod workqueue;
+
+/// Every decision of the runtime as a pure function (the `podq-policy` crate), shared
+/// with the simulator.
+pub use podq_policy as policy;
 
 /// The topology layer (everything of `podq_topology`), plus [`topology::refresh`], which
 /// re-reads the usable CPUs and re-pods live workqueues.

@@ -1,7 +1,9 @@
-//! Every runtime decision as a small pure function over plain values.
+//! Every podq decision as a small pure function over plain values.
 //!
-//! The threaded runtime calls these on its hot paths and the simulator calls the same
-//! functions on a virtual clock, so none of them touches a thread, a clock or a global.
+//! The threaded runtime (`podq`, which re-exports this crate as `podq::policy`) calls
+//! these on its hot paths and the simulator (`podq-sim`) calls the same functions on a
+//! virtual clock, so none of them touches a thread, a lock, an atomic, a clock or a
+//! global: state the mechanism owns comes in as a value.
 //! Kernel names are given where a function mirrors one (see `reference/kernel-workqueue.md`).
 
 use std::time::Duration;
@@ -24,7 +26,7 @@ pub const MAX_IDLE_WORKERS_RATIO: usize = 4;
 /// only by `max_active` (up to 2048 per workqueue, and a pool is shared by many). Kernel
 /// threads are cheap and the scheduler sees them sleep; user threads cost a stack each
 /// and podq cannot see them sleep. So podq runs at most one *running* worker per pod CPU
-/// (see [`kick`]) and lets [`crate::blocking`] sections add workers, up to this cap, so a
+/// (see [`kick`]) and lets `podq::blocking` sections add workers, up to this cap, so a
 /// storm of blocking items cannot exhaust the process's threads.
 pub const POOL_MAX_WORKERS: usize = 512;
 /// How long a worker that found the worklist empty polls it before going idle (see
