@@ -65,7 +65,7 @@ pub struct TopologyInfo {
 /// One measured configuration.
 #[derive(Debug, Serialize)]
 pub struct RunResult {
-    /// `queue`, `latency` or `completion`.
+    /// `queue`, `latency`, `completion`, `throughput_spawn` or `throughput_work`.
     pub test: &'static str,
     /// `podq`, `rayon`, `tokio-spawn-blocking`, `crossbeam-channel`, `std-mpsc` or
     /// `pernode-threads`.
@@ -91,6 +91,8 @@ pub struct RunResult {
     pub submit_ns: Option<LatencySummary>,
     /// `completion` only.
     pub completion: Option<CompletionDetail>,
+    /// `throughput_spawn` and `throughput_work` only.
+    pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
     /// Each round's own figures, in the order the rounds ran (the fields above sum
@@ -213,7 +215,7 @@ impl LatencySummary {
 /// podq's best configuration against one peer.
 #[derive(Debug, Serialize)]
 pub struct Ratio {
-    /// `queue` or `latency`.
+    /// `queue`, `latency`, `throughput_spawn` or `throughput_work`.
     pub test: &'static str,
     /// `items_per_sec` (higher is better), `p50_ns` or `p99_ns` (lower is better).
     pub metric: &'static str,
@@ -365,14 +367,29 @@ pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
     crate::table::aligned(headers, rows, &align, true)
 }
 
-/// podq's best configuration against each peer, for the `queue` and `latency` tests,
-/// with podq on `default_scope` (non-strict) beside it when that configuration ran.
+/// podq's best configuration against each peer, for the `queue`, `throughput` and
+/// `latency` tests, with podq on `default_scope` (non-strict) beside it when that
+/// configuration ran.
 pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
     // The percentile a metric is, if it is one: results with too few samples for it
     // (see `min_samples`) take no part.
     type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool, f64);
-    let metrics: [Metric; 3] = [
+    let metrics: [Metric; 5] = [
         ("queue", "items_per_sec", |r| r.items_per_sec, true, 0.0),
+        (
+            "throughput_spawn",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+            0.0,
+        ),
+        (
+            "throughput_work",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+            0.0,
+        ),
         (
             "latency",
             "p50_ns",
@@ -538,6 +555,7 @@ mod tests {
             latency_ns: LatencySummary::of(&h),
             submit_ns: None,
             completion: None,
+            throughput: None,
             pool_locks: None,
             rounds: Vec::new(),
             histogram: h,
