@@ -90,6 +90,9 @@ struct WqHandle {
 struct Config {
     attrs: Attrs,
     effective_scope: Scope,
+    /// Pwqs that left the table, with their pools, until they are gone: teardown waits
+    /// for them and joins their pools' workers.
+    retired: Vec<(Weak<Pwq>, Arc<PoolCore>)>,
 }
 
 /// The CPU → pwq table, swapped whole on an attribute change.
@@ -365,10 +368,12 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
-        let live = self.topology.is_none();
-        let topology = match self.topology {
-            Some(t) => t,
-            None => cpu::live_topology(),
+        let (topology, live) = match self.topology {
+            Some(t) => {
+                let live = refresh::is_live_machine(&t);
+                (t, live)
+            }
+            None => (cpu::live_topology(), true),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
@@ -400,6 +405,7 @@ impl WorkqueueBuilder {
             config: Mutex::new(Config {
                 attrs: attrs.clone(),
                 effective_scope: Scope::BUILTIN_DEFAULT,
+                retired: Vec::new(),
             }),
             table: ShardedLock::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
@@ -634,6 +640,7 @@ impl Drop for WqHandle {
             pool::blocking(|| wq.drain());
         }
         pool::stop_rescuer(wq.id);
+        let retired = std::mem::take(&mut lock(&wq.config).retired);
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
@@ -657,11 +664,21 @@ impl Drop for WqHandle {
             !st.dead
         });
         wq.unplug_oldest();
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
+        let mut cores: Vec<Arc<PoolCore>> =
+            retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
         // join them here (never from a worker, and never under a lock).
         drop(retiring);
         if pool::current_wq() == 0 {
+            // Pwqs retired by earlier attribute changes: their last item's worker drops
+            // its reference right after completing it, which may stop their pool, a
+            // moment after the drain saw them empty. Wait for that, then join.
+            for (pwq, core) in retired {
+                while pwq.strong_count() > 0 {
+                    std::thread::yield_now();
+                }
+                cores.push(core);
+            }
             for core in cores {
                 core.join_if_stopped();
             }
@@ -982,9 +999,20 @@ impl WqShared {
                     st.dead = true;
                     retired.push(Arc::clone(p));
                 }
+                if !st.current && !st.dead {
+                    let known = cfg
+                        .retired
+                        .iter()
+                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
+                    if !known {
+                        cfg.retired
+                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
+                    }
+                }
                 !st.dead
             });
         }
+        cfg.retired.retain(|(w, _)| w.strong_count() > 0);
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
         self.store_node_limits(&plan.limits);
