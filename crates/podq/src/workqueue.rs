@@ -314,8 +314,15 @@ impl WorkqueueBuilder {
         self
     }
 
-    /// System-wide limit of active items, `1..=2048` (default 1024, the kernel's
-    /// `WQ_DFL_ACTIVE`); ignored for ordered workqueues, which run one at a time.
+    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
+    /// ignored for ordered workqueues, which run one at a time.
+    ///
+    /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
+    /// cpumask gets a share proportional to its CPUs, rounded up and never below
+    /// `min(max_active, 8)` (`WQ_DFL_MIN_ACTIVE`, so no node starves), and pools that
+    /// span nodes share a counter of `max_active` itself. The shares can add up to
+    /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
+    /// run, 3 on each node ([`policy::node_limits`]).
     pub fn max_active(mut self, n: usize) -> Self {
         self.max_active = n;
         self
@@ -541,20 +548,46 @@ impl Workqueue {
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
-    /// was already pending. When the timer fires, the pod is chosen from the CPU the
-    /// timer thread runs on, as the kernel does.
+    /// was already pending, or the workqueue is draining and the caller is not one of
+    /// its items (see [`Workqueue::try_queue_delayed`] for the reason). When the timer
+    /// fires, the pod is chosen from the CPU the timer thread runs on, as the kernel
+    /// does; an item armed before a drain began is queued when it fires, drain or not.
     pub fn queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed`], with a draining workqueue reported as an error
+    /// ([`Error::Draining`]).
+    pub fn try_queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, false)
     }
 
     /// As [`Workqueue::queue_delayed`], queueing on the pod of `cpu` when it fires.
     pub fn queue_delayed_on(&self, cpu: usize, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed_on(cpu, dwork, delay)
+            .unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed_on`], with a draining workqueue reported as an error.
+    pub fn try_queue_delayed_on(
+        &self,
+        cpu: usize,
+        dwork: &DelayedWork,
+        delay: Duration,
+    ) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, Some(cpu), false)
     }
 
     /// `mod_delayed_work`: (re)arms `dwork` with `delay` whatever its state; a pending
-    /// instance is replaced. Returns whether one was pending.
+    /// instance is replaced. Returns whether one was pending; false also when the
+    /// workqueue is draining and the caller is not one of its items (nothing changes
+    /// then; see [`Workqueue::try_mod_delayed`]).
     pub fn mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_mod_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::mod_delayed`], with a draining workqueue reported as an error.
+    pub fn try_mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, true)
     }
 
@@ -592,8 +625,8 @@ impl Workqueue {
         self.shared().change(|a| a.nice = nice)
     }
 
-    /// Changes `max_active`; waiting items are activated at once if it rises.
-    /// Refused for ordered workqueues.
+    /// Changes `max_active` (enforced per node: see [`WorkqueueBuilder::max_active`]);
+    /// waiting items are activated at once if it rises. Refused for ordered workqueues.
     pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
         self.shared().set_max_active(n)
     }
@@ -705,7 +738,7 @@ fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_
 }
 
 impl WqShared {
-    fn check_accepting(&self) -> Result<(), Error> {
+    pub(crate) fn check_accepting(&self) -> Result<(), Error> {
         let refused = self.destroyed.load(SeqCst)
             || (self.draining.load(SeqCst) > 0 && pool::current_wq() != self.id);
         if refused {
@@ -733,6 +766,24 @@ impl WqShared {
             return Err(e);
         }
         Ok(true)
+    }
+
+    /// Queues a work instance that already owns PENDING for a caller that is not a
+    /// timer (a zero-delay arming): refused as [`WqShared::queue_work`] is, giving
+    /// PENDING back so the item is idle again.
+    pub(crate) fn enqueue_owned(
+        self: &Arc<Self>,
+        work: Arc<WorkInner>,
+        seq: u32,
+        cpu: Option<usize>,
+    ) -> Result<(), Error> {
+        let task = Task::Work {
+            work: Arc::clone(&work),
+            seq,
+        };
+        self.enqueue(task, cpu).inspect_err(|_| {
+            work.state.release(seq);
+        })
     }
 
     /// Queues a work instance that already owns PENDING (a fired timer). If the
