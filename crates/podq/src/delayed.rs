@@ -135,7 +135,10 @@ pub(crate) fn queue(
             cpu,
         });
     } else {
-        wq.enqueue_owned(work, seq, cpu)?;
+        // Past the check above, this call counts as made before any drain that began
+        // since: like an item queued just before, it is queued and the drain waits for
+        // it (refusing it now would lose the instance `repend` replaced).
+        wq.enqueue_pending(work, seq, cpu);
     }
     Ok(answer)
 }

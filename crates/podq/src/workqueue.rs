@@ -768,24 +768,6 @@ impl WqShared {
         Ok(true)
     }
 
-    /// Queues a work instance that already owns PENDING for a caller that is not a
-    /// timer (a zero-delay arming): refused as [`WqShared::queue_work`] is, giving
-    /// PENDING back so the item is idle again.
-    pub(crate) fn enqueue_owned(
-        self: &Arc<Self>,
-        work: Arc<WorkInner>,
-        seq: u32,
-        cpu: Option<usize>,
-    ) -> Result<(), Error> {
-        let task = Task::Work {
-            work: Arc::clone(&work),
-            seq,
-        };
-        self.enqueue(task, cpu).inspect_err(|_| {
-            work.state.release(seq);
-        })
-    }
-
     /// Queues a work instance that already owns PENDING (a fired timer). If the
     /// workqueue is gone, the instance is cancelled and counted.
     pub(crate) fn enqueue_pending(
