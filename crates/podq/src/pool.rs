@@ -357,6 +357,27 @@ impl PoolCore {
 /// The kernel sees a worker sleep; user space does not, and podq runs at most one worker
 /// per pod CPU, so an item that waits (I/O, locks, joins) should wrap the wait in
 /// `blocking`. podq's own waits (`join`, `flush`, `cancel_sync`, `drain`) do so already.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let wq = podq::Workqueue::builder("doc-io").build()?;
+/// // Without `blocking`, these sleeps would take turns on the pool's few workers.
+/// let reads: Vec<_> = (0..4)
+///     .map(|i| {
+///         wq.spawn(move || {
+///             let bytes = podq::blocking(|| {
+///                 std::thread::sleep(Duration::from_millis(10)); // stands for a read
+///                 512 * i
+///             });
+///             bytes + 1
+///         })
+///     })
+///     .collect();
+/// let total: usize = reads.into_iter().map(|r| r.join().unwrap()).sum();
+/// assert_eq!(total, 512 * 6 + 4);
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     struct Leave(Arc<PoolCore>);
     impl Drop for Leave {

@@ -261,6 +261,20 @@ pub fn default_scope() -> Scope {
 /// Sets the process-wide default scope; every live workqueue on `Scope::Default`
 /// switches to it at once (queued items finish on their old pools). `Default` itself is
 /// refused.
+///
+/// ```
+/// use podq::{Scope, Workqueue};
+///
+/// let follows = Workqueue::builder("doc-follows").build()?; // on Scope::Default
+/// let fixed = Workqueue::builder("doc-fixed").scope(Scope::Cpu).build()?;
+/// let before = podq::default_scope();
+/// podq::set_default_scope(Scope::Numa)?;
+/// assert_eq!(follows.effective_scope(), Scope::Numa);
+/// assert_eq!(fixed.effective_scope(), Scope::Cpu);
+/// assert!(podq::set_default_scope(Scope::Default).is_err());
+/// podq::set_default_scope(before)?;
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
     if scope == Scope::Default {
         return Err(Error::DefaultScope { scope });
@@ -507,6 +521,22 @@ impl Workqueue {
 
     /// Queues `work` on the pod of `cpu` (it only picks the pod; it does not pin). A CPU
     /// that is not usable in the topology acts as [`Workqueue::queue`].
+    ///
+    /// ```
+    /// use podq::{Scope, Topology, Work, Workqueue};
+    ///
+    /// // A fake two-socket machine: its CPUs 0-15 are mapped onto the real ones.
+    /// let wq = Workqueue::builder("doc-queue-on")
+    ///     .topology(Topology::synthetic("2s4c2t")?)
+    ///     .scope(Scope::Numa)
+    ///     .build()?;
+    /// let work = Work::new(|| {});
+    /// assert!(wq.queue_on(12, &work)); // runs on node 1's pool (CPUs 4-7, 12-15)
+    /// work.flush();
+    /// assert!(wq.queue_node(0, &work)); // a CPU of node 0
+    /// wq.flush();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queue_on(&self, cpu: usize, work: &Work) -> bool {
         self.shared().queue_work(work, Some(cpu)).unwrap_or(false)
     }
@@ -631,7 +661,29 @@ impl Workqueue {
         self.shared().set_max_active(n)
     }
 
-    /// A snapshot of this workqueue's statistics.
+    /// A snapshot of this workqueue's statistics: its own item totals and, per pool it
+    /// uses, workers, lock contention, locality and latency percentiles (zeros when the
+    /// `stats` feature is off).
+    ///
+    /// ```
+    /// use podq::Workqueue;
+    ///
+    /// let wq = Workqueue::builder("doc-stats").build()?;
+    /// for i in 0..100 {
+    ///     drop(wq.spawn(move || i * 2));
+    /// }
+    /// wq.flush();
+    /// let stats = wq.stats();
+    /// # #[cfg(feature = "stats")]
+    /// assert_eq!(stats.totals.completed, 100);
+    /// for pool in &stats.pools {
+    ///     println!(
+    ///         "pool {} (cpus {}): {} workers, queue->start p99 {} ns",
+    ///         pool.id, pool.pod_cpus, pool.workers, pool.queue_to_start_ns.p99
+    ///     );
+    /// }
+    /// # Ok::<(), podq::Error>(())
+    /// ```
     pub fn stats(&self) -> WorkqueueStats {
         self.shared().stats_snapshot()
     }
