@@ -113,7 +113,7 @@ fn peers_workload_runs_every_peer_on_both_tests() {
         .concat(),
     );
     let results = results(&report, "peers");
-    for test in ["queue", "latency"] {
+    for test in ["queue", "latency", "throughput_spawn", "throughput_work"] {
         let systems: Vec<&str> = results
             .iter()
             .filter(|r| r["test"] == test)
@@ -132,6 +132,47 @@ fn peers_workload_runs_every_peer_on_both_tests() {
         );
     }
     assert!(report["ratios"].is_array());
+}
+
+#[test]
+fn throughput_workload_counts_calls_accepted_calls_and_runs() {
+    let report = json_of(
+        &[
+            &["bench", "throughput", "--systems", "podq,crossbeam-channel"][..],
+            &["--scopes", "cpu", "--strict", "off", "--producers", "2"],
+            &["--works", "4"],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "throughput");
+    assert_eq!(results.len(), 4);
+    for r in &results {
+        let t = &r["throughput"];
+        let (calls, accepted) = (
+            t["calls"].as_u64().unwrap(),
+            t["accepted"].as_u64().unwrap(),
+        );
+        // Every producer stops after 300 accepted calls (spawn: 300 calls), and every
+        // accepted call ran once.
+        assert_eq!(accepted, 600, "{r}");
+        assert_eq!(t["runs"], accepted, "{r}");
+        assert_eq!(r["items"], accepted, "{r}");
+        match (r["test"].as_str().unwrap(), r["system"].as_str().unwrap()) {
+            ("throughput_spawn", _) | (_, "crossbeam-channel") => assert_eq!(calls, 600, "{r}"),
+            ("throughput_work", "podq") => assert!(calls >= 600, "{r}"),
+            other => panic!("unexpected result {other:?}"),
+        }
+        assert_eq!(
+            t["mode"],
+            if r["test"] == "throughput_spawn" {
+                "spawn"
+            } else {
+                "work"
+            }
+        );
+    }
+    assert_eq!(report["settings"]["works"], 4);
 }
 
 #[test]
@@ -210,7 +251,8 @@ fn plot_and_json_files_are_written() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("crossbeam-channel"), "{table}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(results(&report, "peers").len(), 4);
+    // queue, latency and the two throughput tests, for each of the two systems.
+    assert_eq!(results(&report, "peers").len(), 8);
     let text = std::fs::read_to_string(&svg).unwrap();
     let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
     let count = |class: &str| {
@@ -218,7 +260,8 @@ fn plot_and_json_files_are_written() {
             .filter(|n| n.attribute("class") == Some(class))
             .count()
     };
-    assert_eq!(count("bar"), 2);
+    // Items/s bars for queue and both throughput tests; CDFs for latency only.
+    assert_eq!(count("bar"), 6);
     assert_eq!(count("cdf"), 2);
 }
 

@@ -52,6 +52,11 @@ pub mod testing;
 mod work;
 mod workqueue;
 
+/// The README's library quick-start, run as doc tests so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 /// Every decision of the runtime as a pure function (the `podq-policy` crate), shared
 /// with the simulator.
 pub use podq_policy as policy;

@@ -22,14 +22,14 @@ use std::time::Duration;
 use crossbeam_utils::sync::ShardedLock;
 use podq_topology::{CpuSet, Scope, Topology};
 
-use crate::attrs::PoolKey;
+use crate::attrs::{self, PoolKey};
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
-use crate::policy::{self, Admission};
+use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock_std as lock;
@@ -258,6 +258,20 @@ pub fn default_scope() -> Scope {
 /// Sets the process-wide default scope; every live workqueue on `Scope::Default`
 /// switches to it at once (queued items finish on their old pools). `Default` itself is
 /// refused.
+///
+/// ```
+/// use podq::{Scope, Workqueue};
+///
+/// let follows = Workqueue::builder("doc-follows").build()?; // on Scope::Default
+/// let fixed = Workqueue::builder("doc-fixed").scope(Scope::Cpu).build()?;
+/// let before = podq::default_scope();
+/// podq::set_default_scope(Scope::Numa)?;
+/// assert_eq!(follows.effective_scope(), Scope::Numa);
+/// assert_eq!(fixed.effective_scope(), Scope::Cpu);
+/// assert!(podq::set_default_scope(Scope::Default).is_err());
+/// podq::set_default_scope(before)?;
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
     if scope == Scope::Default {
         return Err(Error::DefaultScope { scope });
@@ -379,7 +393,7 @@ impl WorkqueueBuilder {
             max_active: if self.ordered { 1 } else { self.max_active },
             ordered: self.ordered,
         };
-        attrs.validate()?;
+        attrs::validate(&attrs)?;
         pool::start_manager()?;
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
@@ -388,7 +402,7 @@ impl WorkqueueBuilder {
             node_index[n] = i;
         }
         let shared = Arc::new(WqShared {
-            id: NEXT_WQ_ID.fetch_add(1, SeqCst) as u64,
+            id: NEXT_WQ_ID.fetch_add(1, Relaxed) as u64,
             name: self.name,
             ordered: self.ordered,
             topology_id: topology_id(&topology),
@@ -494,6 +508,22 @@ impl Workqueue {
 
     /// Queues `work` on the pod of `cpu` (it only picks the pod; it does not pin). A CPU
     /// that is not usable in the topology acts as [`Workqueue::queue`].
+    ///
+    /// ```
+    /// use podq::{Scope, Topology, Work, Workqueue};
+    ///
+    /// // A fake two-socket machine: its CPUs 0-15 are mapped onto the real ones.
+    /// let wq = Workqueue::builder("doc-queue-on")
+    ///     .topology(Topology::synthetic("2s4c2t")?)
+    ///     .scope(Scope::Numa)
+    ///     .build()?;
+    /// let work = Work::new(|| {});
+    /// assert!(wq.queue_on(12, &work)); // runs on node 1's pool (CPUs 4-7, 12-15)
+    /// work.flush();
+    /// assert!(wq.queue_node(0, &work)); // a CPU of node 0
+    /// wq.flush();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queue_on(&self, cpu: usize, work: &Work) -> bool {
         self.shared().queue_work(work, Some(cpu)).unwrap_or(false)
     }
@@ -592,7 +622,29 @@ impl Workqueue {
         self.shared().set_max_active(n)
     }
 
-    /// A snapshot of this workqueue's statistics.
+    /// A snapshot of this workqueue's statistics: its own item totals and, per pool it
+    /// uses, workers, lock contention, locality and latency percentiles (zeros when the
+    /// `stats` feature is off).
+    ///
+    /// ```
+    /// use podq::Workqueue;
+    ///
+    /// let wq = Workqueue::builder("doc-stats").build()?;
+    /// for i in 0..100 {
+    ///     drop(wq.spawn(move || i * 2));
+    /// }
+    /// wq.flush();
+    /// let stats = wq.stats();
+    /// # #[cfg(feature = "stats")]
+    /// assert_eq!(stats.totals.completed, 100);
+    /// for pool in &stats.pools {
+    ///     println!(
+    ///         "pool {} (cpus {}): {} workers, queue->start p99 {} ns",
+    ///         pool.id, pool.pod_cpus, pool.workers, pool.queue_to_start_ns.p99
+    ///     );
+    /// }
+    /// # Ok::<(), podq::Error>(())
+    /// ```
     pub fn stats(&self) -> WorkqueueStats {
         self.shared().stats_snapshot()
     }
@@ -614,7 +666,7 @@ impl WqShared {
         let mut cfg = lock(&wq.config);
         cfg.attrs.max_active = n;
         let effective = read(&wq.table).unbound.clone();
-        wq.update_node_max(&cfg.attrs, &effective);
+        wq.store_node_limits(&policy::node_limits(n, &effective, &wq.topology));
         drop(cfg);
         for node in &wq.nodes {
             wq.activate(node);
@@ -778,9 +830,8 @@ impl WqShared {
                 },
             };
             let node = &self.nodes[pwq.node];
-            let quiet = st.inactive.is_empty() && !st.plugged && !st.on_pending;
-            let slot = quiet && node.try_inc();
-            match policy::admission(st.inactive.is_empty(), st.plugged, st.on_pending, slot) {
+            let admit = policy::admit(st.queue(), || node.try_inc());
+            match admit.admission {
                 Admission::Activate => {
                     drop(st);
                     pwq.pool.core.push(entry);
@@ -789,7 +840,7 @@ impl WqShared {
                     self.counters.max_active_waits.inc();
                     pwq.pool.core.stats.items.max_active_waits.inc();
                     st.inactive.push_back(entry);
-                    let join_pending = !st.on_pending && !st.plugged;
+                    let join_pending = admit.join_pending;
                     if join_pending {
                         st.on_pending = true;
                         lock(&node.pending).push_back(Arc::clone(&pwq));
@@ -809,20 +860,14 @@ impl WqShared {
     /// The pwq for a queue call: that of `cpu` if usable, else of the selected CPU.
     fn pick_pwq(&self, cpu: Option<usize>, local: usize) -> Option<Arc<Pwq>> {
         let table = read(&self.table);
-        let usable = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
-        let cpu = match cpu {
-            Some(c) if usable(c) => c,
-            _ => {
-                let chosen = policy::select_cpu(local, &table.unbound, RR_LAST.with(Cell::get));
-                if chosen != local {
-                    RR_LAST.with(|r| r.set(Some(chosen)));
-                }
-                chosen
-            }
-        };
-        match table.cpu_pwq.get(cpu) {
-            Some(Some(pwq)) => Some(Arc::clone(pwq)),
-            _ => table.dfl.clone(),
+        let has_pwq = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
+        let pick = policy::pick_pwq(cpu, has_pwq, local, &table.unbound, RR_LAST.with(Cell::get));
+        if let Some(rr) = pick.rr_last {
+            RR_LAST.with(|r| r.set(Some(rr)));
+        }
+        match pick.pwq {
+            PwqChoice::Cpu(c) => table.cpu_pwq[c].clone(),
+            PwqChoice::Default => table.dfl.clone(),
         }
     }
 
@@ -838,22 +883,18 @@ impl WqShared {
                 pending.pop_front().expect("checked non-empty")
             };
             let mut st = lock(&pwq.state);
-            let next = if st.plugged {
-                None
-            } else {
-                st.inactive.pop_front()
-            };
-            match next {
-                None => {
+            match policy::activation(st.queue()) {
+                Activation::Leave => {
                     st.on_pending = false;
                     drop(st);
                     node.nr.fetch_sub(1, SeqCst);
                 }
-                Some(entry) => {
-                    if st.inactive.is_empty() {
-                        st.on_pending = false;
-                    } else {
+                Activation::Take { requeue } => {
+                    let entry = st.inactive.pop_front().expect("activation takes an item");
+                    if requeue {
                         lock(&node.pending).push_back(Arc::clone(&pwq));
+                    } else {
+                        st.on_pending = false;
                     }
                     drop(st);
                     pwq.pool.core.push(entry);
@@ -905,67 +946,68 @@ impl WqShared {
     /// must not happen under a lock an item might want.
     fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
         // Prepare.
-        attrs.validate()?;
-        let usable = &self.usable_now();
-        let effective = refresh::effective_cpumask(&attrs.cpumask, usable, &self.topology)?;
-        let scope = attrs.scope.resolve(default_scope());
-        let layout = if self.ordered {
-            None
-        } else {
-            Some(self.topology.pods(scope)?)
-        };
+        attrs::validate(&attrs)?;
         let old_table = Arc::clone(&read(&self.table));
-        let mut reuse: HashMap<u64, Arc<Pwq>> = HashMap::new();
+        let mut old: Vec<Arc<Pwq>> = Vec::new();
         for pwq in old_table
             .cpu_pwq
             .iter()
             .flatten()
             .chain(old_table.dfl.iter())
         {
-            reuse.insert(pwq.pool.core.id, Arc::clone(pwq));
-        }
-        let older_alive = !lock(&self.pwqs).is_empty();
-        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
-        let mut pwq_for = |pod: CpuSet| -> Arc<Pwq> {
-            let pool = self.pool_for(pod, &attrs, &effective);
-            if let Some(p) = reuse.get(&pool.core.id) {
-                return Arc::clone(p);
+            if !old.iter().any(|p| Arc::ptr_eq(p, pwq)) {
+                old.push(Arc::clone(pwq));
             }
-            let node = policy::pool_node(&pool.core.key.pod, |c| self.topology.node_of(c))
-                .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
-            let pwq = Arc::new(Pwq {
-                wq: Arc::clone(self),
-                pool,
-                node,
-                state: Mutex::new(PwqState {
-                    inactive: VecDeque::new(),
-                    in_flight: InFlight::default(),
-                    on_pending: false,
-                    plugged: self.ordered && older_alive,
-                    current: true,
-                    dead: false,
-                }),
-            });
-            reuse.insert(pwq.pool.core.id, Arc::clone(&pwq));
-            fresh.push(Arc::clone(&pwq));
-            pwq
+        }
+        let old_keys: Vec<PoolKey> = old.iter().map(|p| p.pool.core.key.clone()).collect();
+        let current = policy::Current {
+            pools: &old_keys,
+            pwqs_alive: !lock(&self.pwqs).is_empty(),
         };
-        let dfl = pwq_for(effective.clone());
-        let size = usable.last().map_or(0, |c| c + 1);
-        let cpu_pwq: Vec<Option<Arc<Pwq>>> = (0..size)
-            .map(|cpu| {
-                if !usable.contains(cpu) {
-                    return None;
+        let shape = policy::WqShape {
+            topology: &self.topology,
+            topology_id: self.topology_id,
+            ordered: self.ordered,
+            idle_timeout: self.idle_timeout,
+            default_scope: default_scope(),
+        };
+        let plan = policy::plan(&current, &attrs, &self.usable_now(), &shape)?;
+        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
+        let pwqs: Vec<Arc<Pwq>> = plan
+            .pools
+            .iter()
+            .map(|planned| {
+                if let Some(i) = planned.reused {
+                    return Arc::clone(&old[i]);
                 }
-                let Some(layout) = &layout else {
-                    return Some(Arc::clone(&dfl));
-                };
-                let pod = layout.pod_of(cpu).map(|p| &layout.pod_cpus[p]);
-                let mask =
-                    pod.map_or_else(|| effective.clone(), |p| policy::pod_cpumask(p, &effective));
-                Some(pwq_for(mask))
+                let node = planned
+                    .node
+                    .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
+                let pwq = Arc::new(Pwq {
+                    wq: Arc::clone(self),
+                    pool: self.pool_for(&planned.key),
+                    node,
+                    state: Mutex::new(PwqState {
+                        inactive: VecDeque::new(),
+                        in_flight: InFlight::default(),
+                        on_pending: false,
+                        plugged: plan.plugged,
+                        current: true,
+                        dead: false,
+                    }),
+                });
+                fresh.push(Arc::clone(&pwq));
+                pwq
             })
             .collect();
+        let cpu_pwq: Vec<Option<Arc<Pwq>>> = plan
+            .cpu_pool
+            .iter()
+            .map(|p| p.map(|i| Arc::clone(&pwqs[i])))
+            .collect();
+        let dfl = Arc::clone(&pwqs[0]);
+        let effective = plan.effective.clone();
+        let scope = plan.scope;
         let table = Arc::new(Table {
             cpu_pwq,
             dfl: Some(dfl),
@@ -997,7 +1039,7 @@ impl WqShared {
         }
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
-        self.update_node_max(&cfg.attrs, &effective);
+        self.store_node_limits(&plan.limits);
         self.unplug_oldest();
         for node in &self.nodes {
             self.activate(node);
@@ -1008,22 +1050,14 @@ impl WqShared {
         })
     }
 
-    /// The shared pool for a pod mask under `attrs`, created if none is alive.
-    fn pool_for(&self, pod: CpuSet, attrs: &Attrs, effective: &CpuSet) -> Arc<Pool> {
-        let key = PoolKey {
-            topology: self.topology_id,
-            pod,
-            strict: attrs.strict,
-            nice: attrs.nice,
-            cpumask: (!attrs.strict).then(|| effective.clone()),
-            idle_timeout: self.idle_timeout,
-        };
+    /// The shared pool for `key`, created if none is alive.
+    fn pool_for(&self, key: &PoolKey) -> Arc<Pool> {
         let mut pools = lock(pools());
-        if let Some(pool) = pools.get(&key).and_then(Weak::upgrade) {
+        if let Some(pool) = pools.get(key).and_then(Weak::upgrade) {
             return pool;
         }
         pools.retain(|_, p| p.strong_count() > 0);
-        let id = NEXT_POOL_ID.fetch_add(1, SeqCst) as u64;
+        let id = NEXT_POOL_ID.fetch_add(1, Relaxed) as u64;
         let pool = Arc::new(Pool::new(
             id,
             key.clone(),
@@ -1031,23 +1065,18 @@ impl WqShared {
             &self.cpu_map,
             self.idle_timeout,
         ));
-        pools.insert(key, Arc::downgrade(&pool));
+        pools.insert(key.clone(), Arc::downgrade(&pool));
         pool
     }
 
-    /// `wq_update_node_max_active`.
-    fn update_node_max(&self, attrs: &Attrs, effective: &CpuSet) {
-        let max_active = attrs.max_active;
-        let min_active = policy::min_active(max_active);
-        let total = effective.len();
-        for node in self.topology.nodes() {
-            let cpus = effective.intersection(&self.topology.node_cpus(node)).len();
-            let max = policy::node_max_active(max_active, min_active, cpus, total);
+    /// Stores the node shares of `max_active` (`wq_update_node_max_active`).
+    fn store_node_limits(&self, limits: &policy::NodeLimits) {
+        for &(node, max) in &limits.per_node {
             self.nodes[self.node_index[node]].max.store(max, SeqCst);
         }
         self.nodes[self.nodes.len() - 1]
             .max
-            .store(max_active, SeqCst);
+            .store(limits.fallback, SeqCst);
     }
 
     /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
@@ -1103,6 +1132,17 @@ impl WqShared {
             effective_scope,
             totals: self.counters.snapshot(),
             pools,
+        }
+    }
+}
+
+impl PwqState {
+    /// The pwq's queueing state, as admission and activation see it.
+    fn queue(&self) -> PwqQueue {
+        PwqQueue {
+            inactive: self.inactive.len(),
+            plugged: self.plugged,
+            on_pending: self.on_pending,
         }
     }
 }

@@ -28,6 +28,7 @@ use system::System;
 use workloads::completion::{self, CompletionParams};
 use workloads::latency::LatencyParams;
 use workloads::queue::QueueParams;
+use workloads::throughput::{self, ThroughputParams};
 use workloads::{Case, RunLength, Test};
 
 /// A mistake in the command line (exit code 2), as opposed to a failure while running.
@@ -50,7 +51,10 @@ pub enum Workload {
     Latency,
     /// The NFS-over-RDMA miniature: CQ producers, rpciod -> nfsiod, allocator model.
     Completion,
-    /// `queue` and `latency` on podq and every peer executor, with ratios.
+    /// Open loop: producers submit tiny items as fast as they can (spawn, and re-queued
+    /// items).
+    Throughput,
+    /// `queue`, `latency` and `throughput` on podq and every peer executor, with ratios.
     Peers,
 }
 
@@ -80,7 +84,8 @@ pub struct BenchArgs {
     /// Wall time of each measured run, e.g. 500ms, 2s [default: 1s; completion 3s].
     #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "items")]
     pub duration: Option<Duration>,
-    /// Items per producer per run, instead of a duration.
+    /// Items per producer per run, instead of a duration (`throughput` always runs a
+    /// count: default 500000).
     #[arg(long)]
     pub items: Option<u64>,
     /// Times each configuration runs; runs are interleaved across configurations.
@@ -100,9 +105,12 @@ pub struct BenchArgs {
     /// crossbeam-channel, std-mpsc, pernode-threads [default: podq; peers: all].
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
-    /// `queue`: producer threads [default: one per usable CPU].
+    /// `queue`, `throughput`: producer threads [default: one per usable CPU].
     #[arg(long)]
     pub producers: Option<usize>,
+    /// `throughput`: prepared items each producer cycles through in the re-queue mode.
+    #[arg(long, default_value_t = throughput::DEFAULT_WORKS)]
+    pub works: usize,
     /// `latency`: the submitter's CPU [default: the first usable CPU].
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -253,6 +261,9 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if args.producers == Some(0) {
         return Err(usage("--producers must be at least 1"));
     }
+    if args.works == 0 {
+        return Err(usage("--works must be at least 1"));
+    }
     if args.depth == 0 {
         return Err(usage("--depth must be at least 1"));
     }
@@ -309,8 +320,26 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
         cpu: args.cpu,
         think: args.think,
     });
+    let throughput = |mode| {
+        Test::Throughput(ThroughputParams {
+            producers: args.producers,
+            items: args.items.unwrap_or(throughput::DEFAULT_ITEMS),
+            mode,
+            works: args.works,
+        })
+    };
     let tests = match args.workload {
-        Workload::Ladder | Workload::Peers => vec![queue, latency],
+        Workload::Ladder => vec![queue, latency],
+        Workload::Peers => vec![
+            queue,
+            latency,
+            throughput(throughput::Mode::Spawn),
+            throughput(throughput::Mode::Work),
+        ],
+        Workload::Throughput => vec![
+            throughput(throughput::Mode::Spawn),
+            throughput(throughput::Mode::Work),
+        ],
         Workload::Queue => vec![queue],
         Workload::Latency => vec![latency],
         Workload::Completion => {
@@ -383,6 +412,7 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "scopes": if args.scopes.is_empty() { Scope::CONCRETE.to_vec() } else { args.scopes.clone() },
         "strict": format!("{:?}", args.strict).to_lowercase(),
         "producers": args.producers,
+        "works": args.works,
         "cpu": args.cpu,
         "think": humantime::format_duration(args.think).to_string(),
         "cq": args.cq,
@@ -397,6 +427,10 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
 
 fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     let per_run = match length {
+        _ if args.workload == Workload::Throughput => format!(
+            "{} items per producer per run",
+            args.items.unwrap_or(throughput::DEFAULT_ITEMS)
+        ),
         RunLength::Duration(d) => format!("{} per run", humantime::format_duration(d)),
         RunLength::Items(n) => format!("{n} items per producer per run"),
     };
@@ -435,6 +469,12 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
                 }
                 out.push_str(&report::fio_clat("clat", &r.latency_ns));
             }
+        }
+    }
+    for test in ["throughput_spawn", "throughput_work"] {
+        let rows = of(test);
+        if !rows.is_empty() {
+            out.push_str(&throughput_table(test, &rows, args.works));
         }
     }
     let completion = of("completion");
@@ -513,6 +553,46 @@ fn latency_table(results: &[&RunResult], think: Duration) -> String {
                 "max",
                 "slat stdev"
             ],
+            &rows,
+            2
+        )
+    )
+}
+
+fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let t = r.throughput.as_ref();
+            let share = t.map_or("-".to_owned(), |t| {
+                if t.calls == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.1}%", t.accepted as f64 * 100.0 / t.calls as f64)
+                }
+            });
+            vec![
+                r.system.clone(),
+                label(r),
+                human_rate(r.items_per_sec),
+                t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
+                share,
+                format!("{:.3}s", r.seconds),
+            ]
+        })
+        .collect();
+    let what = if test == "throughput_spawn" {
+        "one-shot tiny closures, handles dropped".to_owned()
+    } else {
+        format!(
+            "each cycling through {works} re-queued items; podq coalesces calls on pending ones"
+        )
+    };
+    format!(
+        "\n{test}: {} producer(s), open loop, {what}\n{}",
+        results.first().map_or(0, |r| r.producers),
+        report::table(
+            &["system", "scope", "runs/s", "calls/s", "accepted", "wall"],
             &rows,
             2
         )
@@ -637,7 +717,7 @@ fn plot_of(report: &Report) -> String {
     let curves: Vec<plot::Curve> = report
         .results
         .iter()
-        .filter(|r| r.test != "queue")
+        .filter(|r| r.test == "latency" || r.test == "completion")
         .map(|r| plot::Curve::of(name(r), &r.histogram))
         .collect();
     plot::svg(

@@ -62,7 +62,7 @@ pub struct TopologyInfo {
 /// One measured configuration.
 #[derive(Debug, Serialize)]
 pub struct RunResult {
-    /// `queue`, `latency` or `completion`.
+    /// `queue`, `latency`, `completion`, `throughput_spawn` or `throughput_work`.
     pub test: &'static str,
     /// `podq`, `rayon`, `tokio-spawn-blocking`, `crossbeam-channel`, `std-mpsc` or
     /// `pernode-threads`.
@@ -88,6 +88,8 @@ pub struct RunResult {
     pub submit_ns: Option<LatencySummary>,
     /// `completion` only.
     pub completion: Option<CompletionDetail>,
+    /// `throughput_spawn` and `throughput_work` only.
+    pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
     /// The full distribution, for plots.
@@ -185,7 +187,7 @@ impl LatencySummary {
 /// podq's best configuration against one peer.
 #[derive(Debug, Serialize)]
 pub struct Ratio {
-    /// `queue` or `latency`.
+    /// `queue`, `latency`, `throughput_spawn` or `throughput_work`.
     pub test: &'static str,
     /// `items_per_sec` (higher is better), `p50_ns` or `p99_ns` (lower is better).
     pub metric: &'static str,
@@ -295,8 +297,20 @@ pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
 /// podq's best configuration against each peer, for the `queue` and `latency` tests.
 pub fn ratios(results: &[RunResult]) -> Vec<Ratio> {
     type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool);
-    let metrics: [Metric; 3] = [
+    let metrics: [Metric; 5] = [
         ("queue", "items_per_sec", |r| r.items_per_sec, true),
+        (
+            "throughput_spawn",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+        ),
+        (
+            "throughput_work",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+        ),
         ("latency", "p50_ns", |r| r.latency_ns.p50 as f64, false),
         ("latency", "p99_ns", |r| r.latency_ns.p99 as f64, false),
     ];
@@ -437,6 +451,7 @@ mod tests {
             latency_ns: LatencySummary::of(&h),
             submit_ns: None,
             completion: None,
+            throughput: None,
             pool_locks: None,
             histogram: h,
         }

@@ -19,7 +19,7 @@
 //! workqueue being built while a refresh runs may miss it (it is registered after its
 //! first apply); the next refresh covers it.
 
-use podq_topology::{CpuSet, Topology};
+use podq_topology::CpuSet;
 
 use super::{live_workqueues, WqShared};
 use crate::cpu;
@@ -70,38 +70,14 @@ pub fn refresh_with(usable: CpuSet) -> Result<CpuSet, Error> {
 
 impl WqShared {
     /// The CPUs of its topology usable now: for a workqueue on the live machine, those
-    /// still among the real usable CPUs (all of its CPUs if none is left: the OS then
-    /// decides where its workers run); otherwise the topology's usable CPUs.
+    /// still among the real usable CPUs (`policy::usable_now`); otherwise the
+    /// topology's usable CPUs.
     pub(super) fn usable_now(&self) -> CpuSet {
         let all = self.topology.usable();
-        if !self.live {
-            return all.clone();
-        }
-        let now = all.intersection(&cpu::real_cpus());
-        if now.is_empty() {
-            all.clone()
+        if self.live {
+            crate::policy::usable_now(all, &cpu::real_cpus())
         } else {
-            now
+            all.clone()
         }
     }
-}
-
-/// The effective cpumask of `requested` over the CPUs usable now: their intersection;
-/// if empty while `requested` has CPUs in the topology (they went away), all usable
-/// CPUs. A mask with no CPU of the topology is refused.
-pub(super) fn effective_cpumask(
-    requested: &CpuSet,
-    usable: &CpuSet,
-    topology: &Topology,
-) -> Result<CpuSet, Error> {
-    if let Some(mask) = crate::policy::effective_cpumask(requested, usable) {
-        return Ok(mask);
-    }
-    if crate::policy::effective_cpumask(requested, topology.usable()).is_some() {
-        return Ok(usable.clone());
-    }
-    Err(Error::NoUsableCpu {
-        mask: requested.clone(),
-        usable: topology.usable().clone(),
-    })
 }

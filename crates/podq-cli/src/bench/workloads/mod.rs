@@ -4,6 +4,7 @@
 pub mod completion;
 pub mod latency;
 pub mod queue;
+pub mod throughput;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +35,8 @@ pub enum Test {
     Latency(latency::LatencyParams),
     /// The NFS-over-RDMA miniature.
     Completion(Arc<completion::CompletionParams>),
+    /// Open loop: producers submit as fast as they can.
+    Throughput(throughput::ThroughputParams),
 }
 
 impl Test {
@@ -42,6 +45,10 @@ impl Test {
             Test::Queue(_) => "queue",
             Test::Latency(_) => "latency",
             Test::Completion(_) => "completion",
+            Test::Throughput(p) => match p.mode {
+                throughput::Mode::Spawn => "throughput_spawn",
+                throughput::Mode::Work => "throughput_work",
+            },
         }
     }
 }
@@ -72,6 +79,8 @@ pub struct Sample {
     pub completion: Option<CompletionDetail>,
     /// The scope in force during a toggle segment.
     pub segment_scope: Option<podq_topology::Scope>,
+    /// Throughput-test extras.
+    pub throughput: Option<throughput::ThroughputDetail>,
 }
 
 impl Sample {
@@ -87,6 +96,9 @@ impl Sample {
             a.add(&b);
         }
         if let (Some(a), Some(b)) = (self.completion.as_mut(), other.completion) {
+            a.merge(b, self.seconds, other.seconds);
+        }
+        if let (Some(a), Some(b)) = (self.throughput.as_mut(), other.throughput) {
             a.merge(b, self.seconds, other.seconds);
         }
         self.seconds = total;
@@ -147,6 +159,7 @@ pub fn run_cases(
                 latency_ns: LatencySummary::of(&s.latency),
                 submit_ns: s.submit.as_ref().map(LatencySummary::of),
                 completion: s.completion,
+                throughput: s.throughput,
                 pool_locks: s.pool_locks,
                 histogram: s.latency,
             });
@@ -160,6 +173,7 @@ fn producers_of(test: &Test, map: &CpuMap) -> usize {
         Test::Queue(p) => p.producer_cpus(map).len(),
         Test::Latency(_) => 1,
         Test::Completion(p) => p.producer_cpus.len(),
+        Test::Throughput(p) => p.producer_cpus(map).len(),
     }
 }
 
@@ -180,6 +194,7 @@ fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>>
             length,
         )?]),
         Test::Completion(p) => completion::run(&*case.system, case.config, map, p, length),
+        Test::Throughput(p) => Ok(vec![throughput::run(&*case.system, case.config, map, p)?]),
     }
 }
 
@@ -193,5 +208,6 @@ fn empty_sample() -> Sample {
         pool_locks: None,
         completion: None,
         segment_scope: None,
+        throughput: None,
     }
 }
