@@ -181,7 +181,8 @@ pub fn machine(name: &str) -> Option<Machine> {
     Some(match name {
         "xeon-2s24c" => Machine {
             name: "xeon-2s24c",
-            description: "2-socket Intel Xeon (Ice Lake-SP), 24 cores x SMT2 per socket, one LLC per socket",
+            description:
+                "2-socket Intel Xeon (Ice Lake-SP), 24 cores x SMT2 per socket, one LLC per socket",
             shape: "2s24c2t",
             params: a,
         },
@@ -324,9 +325,7 @@ impl CostParams {
                 return Err(bad("negative"));
             }
             match p.name {
-                "smt_speed" if value == 0.0 || value > 1.0 => {
-                    return Err(bad("must be in (0, 1]"))
-                }
+                "smt_speed" if value == 0.0 || value > 1.0 => return Err(bad("must be in (0, 1]")),
                 "jitter" if value >= 1.0 => return Err(bad("must be below 1")),
                 "mlp" | "slab_lock_every" | "balance_interval" | "slice" if value < 1.0 => {
                     return Err(bad("must be at least 1"))
@@ -414,6 +413,8 @@ mod tests {
         let t = xeon_2s24c().table();
         assert_eq!(t.lines().count(), PARAMS.len());
         assert!(t.contains("c2c_cross_socket"));
-        assert!(t.lines().any(|l| l.starts_with("wake ") && l.contains(" 2000 ")));
+        assert!(t
+            .lines()
+            .any(|l| l.starts_with("wake ") && l.contains(" 2000 ")));
     }
 }

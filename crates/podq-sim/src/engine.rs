@@ -354,8 +354,7 @@ impl<'t> Sim<'t> {
 
     /// Handles a timer `Step` (generation tagged with [`TIMER_BIT`]).
     pub fn on_timer(&mut self, tid: Tid, generation: u64) {
-        if self.threads[tid].generation == generation && self.threads[tid].state == State::Blocked
-        {
+        if self.threads[tid].generation == generation && self.threads[tid].state == State::Blocked {
             let cpu = self.threads[tid].cpu;
             self.wake(tid, cpu, cpu, None);
         }
@@ -385,7 +384,12 @@ impl<'t> Sim<'t> {
     /// Busy nanoseconds of `cpu` up to now.
     pub fn busy_ns(&self, cpu: usize) -> Ns {
         let c = &self.cpus[cpu];
-        c.busy_ns + if c.running.is_some() { self.now - c.since } else { 0 }
+        c.busy_ns
+            + if c.running.is_some() {
+                self.now - c.since
+            } else {
+                0
+            }
     }
 
     fn block(&mut self, tid: Tid) {
@@ -468,10 +472,8 @@ impl<'t> Sim<'t> {
         latency = self.rng.jitter(latency.round() as u64, self.cost.jitter) as f64;
         self.threads[tid].state = State::Arriving;
         self.cpus[target].incoming += 1;
-        self.events.push(
-            self.now + latency as Ns,
-            Event::Arrive { tid, cpu: target },
-        );
+        self.events
+            .push(self.now + latency as Ns, Event::Arrive { tid, cpu: target });
     }
 
     /// Handles an `Arrive` event.
@@ -502,11 +504,7 @@ impl<'t> Sim<'t> {
         }
         let near = |of: usize| {
             let c = &self.cpus[of];
-            c.siblings
-                .iter()
-                .chain(&c.llc)
-                .copied()
-                .find(|&x| ok(x))
+            c.siblings.iter().chain(&c.llc).copied().find(|&x| ok(x))
         };
         if let Some(c) = near(hint) {
             return c;
@@ -563,7 +561,8 @@ impl<'t> Sim<'t> {
         self.threads[tid].state = State::Arriving;
         self.cpus[to].incoming += 1;
         let delay = self.cost.migration_fixed.round() as Ns;
-        self.events.push(self.now + delay, Event::Arrive { tid, cpu: to });
+        self.events
+            .push(self.now + delay, Event::Arrive { tid, cpu: to });
     }
 
     /// Periodic balance: every waiting thread that an idle CPU may run moves to the

@@ -177,7 +177,7 @@ fn validate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<(), Si
         return bad(format!("depth {depth} is outside 1..={MAX_DEPTH}"));
     }
     match spec.length {
-        RunLength::Duration(ns) if ns == 0 => bad("the run lasts no time".to_owned()),
+        RunLength::Duration(0) => bad("the run lasts no time".to_owned()),
         RunLength::Duration(ns) if ns > MAX_VIRTUAL_NS => Err(SimError::TooLong),
         RunLength::Items(0) => bad("zero items per producer".to_owned()),
         _ => Ok(()),
@@ -261,7 +261,8 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         sim.events
             .push(end / segments as u64 * i as u64, Event::Segment(i));
     }
-    sim.events.push(cost.balance_interval.round() as Ns, Event::Balance);
+    sim.events
+        .push(cost.balance_interval.round() as Ns, Event::Balance);
     sim.events.push(end, Event::End);
     let mut marks = vec![snapshot(&sim)];
     let mut scopes = vec![sim.world.wqs[0].spec.scope];

@@ -136,7 +136,8 @@ pub struct Hists {
 impl Hists {
     /// Empty histograms.
     pub fn new() -> Hists {
-        let h = || Histogram::new(3).expect("3 significant digits is valid");
+        // Up to an hour in ns, 3 significant digits: bounds hdrhistogram accepts.
+        let h = || Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid bounds");
         Hists {
             queue: h(),
             latency: h(),
@@ -335,10 +336,7 @@ impl Sim<'_> {
                 self.push_ops(tid, &[Op::Compute(ns), Op::Do(Act::ItemEnd(item))]);
             }
             (ItemKind::Rpc(io), Workload::Completion(c)) => {
-                let read = buf4k(
-                    &self.cost,
-                    self.distance(self.world.ios[io].writer, cpu),
-                );
+                let read = buf4k(&self.cost, self.distance(self.world.ios[io].writer, cpu));
                 let work = read + c.rpciod_ns as f64;
                 self.push_ops(
                     tid,

@@ -157,7 +157,11 @@ impl Sim<'_> {
             let lock = slab.node_lock[self.cpus[cpu].node];
             self.push_ops(
                 tid,
-                &[Op::Lock(lock, Side::Alloc), Op::Compute(hold), Op::Unlock(lock)],
+                &[
+                    Op::Lock(lock, Side::Alloc),
+                    Op::Compute(hold),
+                    Op::Unlock(lock),
+                ],
             );
         }
     }

@@ -6,9 +6,9 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use podq_policy::{
-    admission, kick, may_activate, min_active, node_max_active, pick_idle, pod_cpumask,
-    pool_node, select_cpu, should_reap, Admission, Kick, PoolLoad, IDLE_SPIN,
-    IDLE_WORKER_TIMEOUT,
+    activation, admit, idle_step, kick, may_activate, node_limits, pick_idle, pick_pwq,
+    pod_cpumask, pool_key, pool_node, reap, Activation, Admission, IdleStep, IdleWorkers, Kick,
+    PoolAttrs, PoolKey, PoolLoad, PwqChoice, PwqQueue, IDLE_SPIN, IDLE_WORKER_TIMEOUT,
 };
 use podq_topology::{CpuSet, Scope};
 
@@ -58,8 +58,10 @@ pub struct Pwq {
     pub pending: bool,
 }
 
-/// A worker pool, shared by every workqueue with the same pod mask and strictness.
+/// A worker pool, shared by every workqueue whose pod maps to an equal key.
 pub struct Pool {
+    /// Its key (pod, strictness, cpumask when not strict).
+    pub key: PoolKey,
     /// Its pod's CPUs.
     pub pod: CpuSet,
     /// Strict: workers stay in the pod.
@@ -80,6 +82,8 @@ pub struct Pool {
     pub nr_spinning: usize,
     /// Spinners not yet told of a push.
     pub spinners: Vec<Tid>,
+    /// The spin budget `idle_step` gave.
+    pub spin_for: Duration,
 }
 
 /// What a kick decided, done after the lock is dropped.
@@ -97,28 +101,15 @@ impl Sim<'_> {
     /// Creates a workqueue with `spec`; returns its index.
     pub fn new_wq(&mut self, spec: QueueSpec) -> usize {
         let usable = self.topo.usable().clone();
-        let total = usable.len();
         let max_active = if spec.ordered { 1 } else { spec.max_active };
-        let mut slots: Vec<NodeSlot> = self
-            .topo
-            .nodes()
-            .into_iter()
-            .map(|n| NodeSlot {
-                nr: 0,
-                max: node_max_active(
-                    max_active,
-                    min_active(max_active),
-                    self.topo.node_cpus(n).intersection(&usable).len(),
-                    total,
-                ),
-                pending: VecDeque::new(),
-            })
-            .collect();
-        slots.push(NodeSlot {
+        let limits = node_limits(max_active, &usable, self.topo);
+        let slot = |max| NodeSlot {
             nr: 0,
-            max: max_active,
+            max,
             pending: VecDeque::new(),
-        });
+        };
+        let mut slots: Vec<NodeSlot> = limits.per_node.iter().map(|&(_, m)| slot(m)).collect();
+        slots.push(slot(limits.fallback));
         let (scope, strict) = (spec.scope, spec.strict);
         self.world.wqs.push(Wq {
             spec,
@@ -147,7 +138,7 @@ impl Sim<'_> {
         let mut pod_pwq = Vec::with_capacity(layout.len());
         for pod in &layout.pod_cpus {
             let mask = pod_cpumask(pod, &effective);
-            let pool = self.pool_for(&mask, strict);
+            let pool = self.pool_for(mask.clone(), strict, &effective);
             let slot = pool_node(&mask, |c| self.topo.node_of(c))
                 .and_then(|n| nodes.iter().position(|&x| x == n))
                 .unwrap_or(nodes.len());
@@ -173,24 +164,23 @@ impl Sim<'_> {
         }
     }
 
-    fn pool_for(&mut self, pod: &CpuSet, strict: bool) -> usize {
-        if let Some(i) = self
-            .world
-            .pools
-            .iter()
-            .position(|p| &p.pod == pod && p.strict == strict)
-        {
+    fn pool_for(&mut self, pod: CpuSet, strict: bool, effective: &CpuSet) -> usize {
+        let attrs = PoolAttrs {
+            topology: 0,
+            strict,
+            nice: 0,
+            idle_timeout: IDLE_WORKER_TIMEOUT,
+        };
+        let key = pool_key(pod.clone(), &attrs, effective);
+        if let Some(i) = self.world.pools.iter().position(|p| p.key == key) {
             return i;
         }
         let home = pod.first().and_then(|c| self.topo.node_of(c)).unwrap_or(0);
         let lock = self.new_lock(home);
-        let allowed = if strict {
-            pod.clone()
-        } else {
-            self.topo.usable().clone()
-        };
+        let allowed = key.allowed_cpus().clone();
         self.world.pools.push(Pool {
-            pod: pod.clone(),
+            key,
+            pod,
             strict,
             allowed,
             lock,
@@ -200,6 +190,7 @@ impl Sim<'_> {
             nr_running: 0,
             nr_spinning: 0,
             spinners: Vec::new(),
+            spin_for: IDLE_SPIN,
         });
         self.world.pools.len() - 1
     }
@@ -216,11 +207,21 @@ impl Sim<'_> {
     pub fn queue_start(&mut self, tid: Tid, wq: usize, item: Item) {
         let cpu = self.threads[tid].cpu;
         let w = &mut self.world.wqs[wq];
-        let target = select_cpu(cpu, &w.unbound, w.rr_last);
-        if target != cpu {
-            w.rr_last = Some(target);
+        let pick = pick_pwq(
+            None,
+            |c| w.cpu_pwq.get(c).is_some_and(|&p| p != usize::MAX),
+            cpu,
+            &w.unbound,
+            w.rr_last,
+        );
+        if pick.rr_last.is_some() {
+            w.rr_last = pick.rr_last;
         }
-        let pwq = w.cpu_pwq[target];
+        let pwq = match pick.pwq {
+            PwqChoice::Cpu(c) => w.cpu_pwq[c],
+            // Every usable CPU has a pwq in the simulator: the table covers the mask.
+            PwqChoice::Default => unreachable!("every CPU of the mask has a pwq"),
+        };
         let lock = self.world.pools[self.world.pwqs[pwq].pool].lock;
         let call = self.cost.queue_call;
         self.push_ops(
@@ -237,24 +238,26 @@ impl Sim<'_> {
     pub fn enqueue(&mut self, tid: Tid, pwq: usize, item: Item) {
         let p = &self.world.pwqs[pwq];
         let (wq, slot, pool) = (p.wq, p.slot, p.pool);
-        let s = &self.world.wqs[wq].slots[slot];
-        let verdict = admission(
-            p.inactive.is_empty(),
-            false,
-            p.pending,
-            may_activate(s.nr, s.max),
-        );
-        match verdict {
-            Admission::Activate => {
-                self.world.wqs[wq].slots[slot].nr += 1;
-                self.push_item(tid, pool, item, pwq);
-            }
+        let queue = PwqQueue {
+            inactive: p.inactive.len(),
+            plugged: false,
+            on_pending: p.pending,
+        };
+        let s = &mut self.world.wqs[wq].slots[slot];
+        let verdict = admit(queue, || {
+            let free = may_activate(s.nr, s.max);
+            s.nr += usize::from(free);
+            free
+        });
+        match verdict.admission {
+            Admission::Activate => self.push_item(tid, pool, item, pwq),
             Admission::Wait => {
-                let p = &mut self.world.pwqs[pwq];
-                p.inactive.push_back(item);
-                if !p.pending {
-                    p.pending = true;
+                self.world.pwqs[pwq].inactive.push_back(item);
+                if verdict.join_pending {
+                    self.world.pwqs[pwq].pending = true;
                     self.world.wqs[wq].slots[slot].pending.push_back(pwq);
+                    // A slot may have been freed before the pwq joined the list.
+                    self.activate_pending(tid, wq, slot);
                 }
             }
         }
@@ -291,7 +294,7 @@ impl Sim<'_> {
             idle: p.idle.len(),
             running: p.nr_running,
             workers: p.nr_workers,
-            concurrency: p.pod.len().max(1),
+            concurrency: p.key.concurrency(),
             spinning: p.nr_spinning,
         }
     }
@@ -401,8 +404,15 @@ impl Sim<'_> {
         let cpu = self.threads[tid].cpu;
         // podq's spinner yields to other runnable threads on its CPU; the model lets
         // it skip the spin then.
-        if !self.threads[tid].spun && self.cpus[cpu].rq.is_empty() {
-            self.threads[tid].spun = true;
+        let budget = if self.cpus[cpu].rq.is_empty() {
+            IDLE_SPIN
+        } else {
+            Duration::ZERO
+        };
+        let step = idle_step(self.threads[tid].spun, budget);
+        self.threads[tid].spun = true;
+        if let IdleStep::Spin(budget) = step {
+            self.world.pools[pool].spin_for = budget;
             self.world.pools[pool].nr_spinning += 1;
             self.push_ops(
                 tid,
@@ -416,7 +426,6 @@ impl Sim<'_> {
             );
             return;
         }
-        self.threads[tid].spun = true;
         let now = self.now;
         let p = &mut self.world.pools[pool];
         p.idle.push((tid, now));
@@ -436,7 +445,8 @@ impl Sim<'_> {
     /// The spin itself: poll for `IDLE_SPIN`, cut short by a push.
     pub fn spin(&mut self, tid: Tid, pool: usize) {
         self.world.pools[pool].spinners.push(tid);
-        self.step_after(tid, IDLE_SPIN.as_nanos() as f64);
+        let budget = self.world.pools[pool].spin_for;
+        self.step_after(tid, budget.as_nanos() as f64);
     }
 
     /// Under the pool lock after a spin.
@@ -467,17 +477,29 @@ impl Sim<'_> {
         let Some(&pwq) = s.pending.front() else {
             return;
         };
-        let Some(item) = self.world.pwqs[pwq].inactive.pop_front() else {
-            return;
+        let queue = PwqQueue {
+            inactive: self.world.pwqs[pwq].inactive.len(),
+            plugged: false,
+            on_pending: true,
         };
         let s = &mut self.world.wqs[wq].slots[slot];
-        s.nr += 1;
         s.pending.pop_front();
-        if self.world.pwqs[pwq].inactive.is_empty() {
-            self.world.pwqs[pwq].pending = false;
-        } else {
+        let requeue = match activation(queue) {
+            Activation::Leave => {
+                self.world.pwqs[pwq].pending = false;
+                return;
+            }
+            Activation::Take { requeue } => requeue,
+        };
+        s.nr += 1;
+        if requeue {
             s.pending.push_back(pwq);
+        } else {
+            self.world.pwqs[pwq].pending = false;
         }
+        let Some(item) = self.world.pwqs[pwq].inactive.pop_front() else {
+            unreachable!("activation takes only from a pwq with inactive items")
+        };
         let pool = self.world.pwqs[pwq].pool;
         self.push_item(tid, pool, item, pwq);
         // The other pool's kick is done at once, its lock's cost not modelled.
@@ -495,16 +517,19 @@ impl Sim<'_> {
         for pool in 0..self.world.pools.len() {
             loop {
                 let p = &self.world.pools[pool];
-                let Some(&(oldest, since)) = p.idle.first() else {
+                let Some(&(_, since)) = p.idle.first() else {
                     break;
                 };
-                let busy = p.nr_workers - p.idle.len();
-                let idle_for = Duration::from_nanos(self.now - since);
-                if !should_reap(p.idle.len(), busy, idle_for, IDLE_WORKER_TIMEOUT) {
+                let idle = IdleWorkers {
+                    idle: p.idle.len(),
+                    workers: p.nr_workers,
+                    oldest_idle_for: Duration::from_nanos(self.now - since),
+                };
+                let Some(at) = reap(idle, p.key.idle_timeout) else {
                     break;
-                }
+                };
                 let p = &mut self.world.pools[pool];
-                p.idle.remove(0);
+                let (oldest, _) = p.idle.remove(at);
                 p.nr_workers -= 1;
                 self.exit(oldest);
                 self.counters.workers_reaped += 1;
