@@ -64,7 +64,7 @@ pub use podq_policy as policy;
 /// The topology layer (everything of `podq_topology`), plus [`topology::refresh`], which
 /// re-reads the usable CPUs and re-pods live workqueues.
 pub mod topology {
-    pub use crate::workqueue::refresh::refresh;
+    pub use crate::workqueue::refresh::{refresh, NotRepodded, NotRepoddedReason, Refreshed};
     pub use podq_topology::*;
 }
 

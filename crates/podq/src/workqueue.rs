@@ -90,6 +90,9 @@ struct WqHandle {
 struct Config {
     attrs: Attrs,
     effective_scope: Scope,
+    /// Pwqs that left the table, with their pools, until they are gone: teardown waits
+    /// for them and joins their pools' workers.
+    retired: Vec<(Weak<Pwq>, Arc<PoolCore>)>,
 }
 
 /// The CPU → pwq table, swapped whole on an attribute change.
@@ -325,8 +328,15 @@ impl WorkqueueBuilder {
         self
     }
 
-    /// System-wide limit of active items, `1..=2048` (default 1024, the kernel's
-    /// `WQ_DFL_ACTIVE`); ignored for ordered workqueues, which run one at a time.
+    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
+    /// ignored for ordered workqueues, which run one at a time.
+    ///
+    /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
+    /// cpumask gets a share proportional to its CPUs, rounded up and never below
+    /// `min(max_active, 8)` (`WQ_DFL_MIN_ACTIVE`, so no node starves), and pools that
+    /// span nodes share a counter of `max_active` itself. The shares can add up to
+    /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
+    /// run, 3 on each node ([`policy::node_limits`]).
     pub fn max_active(mut self, n: usize) -> Self {
         self.max_active = n;
         self
@@ -379,10 +389,12 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
-        let live = self.topology.is_none();
-        let topology = match self.topology {
-            Some(t) => t,
-            None => cpu::live_topology(),
+        let (topology, live) = match self.topology {
+            Some(t) => {
+                let live = refresh::is_live_machine(&t);
+                (t, live)
+            }
+            None => (cpu::live_topology(), true),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
@@ -414,6 +426,7 @@ impl WorkqueueBuilder {
             config: Mutex::new(Config {
                 attrs: attrs.clone(),
                 effective_scope: Scope::BUILTIN_DEFAULT,
+                retired: Vec::new(),
             }),
             table: ShardedLock::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
@@ -565,20 +578,46 @@ impl Workqueue {
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
-    /// was already pending. When the timer fires, the pod is chosen from the CPU the
-    /// timer thread runs on, as the kernel does.
+    /// was already pending, or the workqueue is draining and the caller is not one of
+    /// its items (see [`Workqueue::try_queue_delayed`] for the reason). When the timer
+    /// fires, the pod is chosen from the CPU the timer thread runs on, as the kernel
+    /// does; an item armed before a drain began is queued when it fires, drain or not.
     pub fn queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed`], with a draining workqueue reported as an error
+    /// ([`Error::Draining`]).
+    pub fn try_queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, false)
     }
 
     /// As [`Workqueue::queue_delayed`], queueing on the pod of `cpu` when it fires.
     pub fn queue_delayed_on(&self, cpu: usize, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed_on(cpu, dwork, delay)
+            .unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed_on`], with a draining workqueue reported as an error.
+    pub fn try_queue_delayed_on(
+        &self,
+        cpu: usize,
+        dwork: &DelayedWork,
+        delay: Duration,
+    ) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, Some(cpu), false)
     }
 
     /// `mod_delayed_work`: (re)arms `dwork` with `delay` whatever its state; a pending
-    /// instance is replaced. Returns whether one was pending.
+    /// instance is replaced. Returns whether one was pending; false also when the
+    /// workqueue is draining and the caller is not one of its items (nothing changes
+    /// then; see [`Workqueue::try_mod_delayed`]).
     pub fn mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_mod_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::mod_delayed`], with a draining workqueue reported as an error.
+    pub fn try_mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, true)
     }
 
@@ -616,8 +655,8 @@ impl Workqueue {
         self.shared().change(|a| a.nice = nice)
     }
 
-    /// Changes `max_active`; waiting items are activated at once if it rises.
-    /// Refused for ordered workqueues.
+    /// Changes `max_active` (enforced per node: see [`WorkqueueBuilder::max_active`]);
+    /// waiting items are activated at once if it rises. Refused for ordered workqueues.
     pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
         self.shared().set_max_active(n)
     }
@@ -686,6 +725,7 @@ impl Drop for WqHandle {
             pool::blocking(|| wq.drain());
         }
         pool::stop_rescuer(wq.id);
+        let retired = std::mem::take(&mut lock(&wq.config).retired);
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
@@ -709,11 +749,21 @@ impl Drop for WqHandle {
             !st.dead
         });
         wq.unplug_oldest();
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
+        let mut cores: Vec<Arc<PoolCore>> =
+            retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
         // join them here (never from a worker, and never under a lock).
         drop(retiring);
         if pool::current_wq() == 0 {
+            // Pwqs retired by earlier attribute changes: their last item's worker drops
+            // its reference right after completing it, which may stop their pool, a
+            // moment after the drain saw them empty. Wait for that, then join.
+            for (pwq, core) in retired {
+                while pwq.strong_count() > 0 {
+                    std::thread::yield_now();
+                }
+                cores.push(core);
+            }
             for core in cores {
                 core.join_if_stopped();
             }
@@ -740,7 +790,7 @@ fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_
 }
 
 impl WqShared {
-    fn check_accepting(&self) -> Result<(), Error> {
+    pub(crate) fn check_accepting(&self) -> Result<(), Error> {
         let refused = self.destroyed.load(SeqCst)
             || (self.draining.load(SeqCst) > 0 && pool::current_wq() != self.id);
         if refused {
@@ -1034,9 +1084,20 @@ impl WqShared {
                     st.dead = true;
                     retired.push(Arc::clone(p));
                 }
+                if !st.current && !st.dead {
+                    let known = cfg
+                        .retired
+                        .iter()
+                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
+                    if !known {
+                        cfg.retired
+                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
+                    }
+                }
                 !st.dead
             });
         }
+        cfg.retired.retain(|(w, _)| w.strong_count() > 0);
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
         self.store_node_limits(&plan.limits);

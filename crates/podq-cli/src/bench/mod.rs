@@ -37,7 +37,7 @@ use workloads::{Case, RunLength, Test};
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
 
