@@ -147,6 +147,9 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
             nfsiod_pool_locks: seg.nfsiod_pool_locks.as_ref().map(pool_locks),
             context_switches: seg.counters.context_switches,
             migrations: seg.counters.migrations,
+            // The simulator reports whole segments, not a time series.
+            start_s: 0.0,
+            timeline: Vec::new(),
         }
     });
     let throughput = matches!(w, Workload::Throughput { .. }).then(|| ThroughputDetail {
@@ -487,30 +490,16 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
     out
 }
 
-/// The SVG plot: throughput bars and latency CDFs.
-pub fn plot(setup: &Setup, report: &SimReport) -> String {
-    let name = |r: &RunResult| format!("{} {}", r.test, label(r));
-    let bars: Vec<plot::Bar> = report
-        .results
-        .iter()
-        .filter(|r| r.run.test != "latency")
-        .map(|r| plot::Bar {
-            label: name(&r.run),
-            value: r.run.items_per_sec,
-        })
-        .collect();
-    let curves: Vec<plot::Curve> = report
-        .results
-        .iter()
-        .filter(|r| r.run.test != "queue")
-        .map(|r| plot::Curve::of(name(&r.run), &r.run.histogram))
-        .collect();
-    plot::svg(
-        &format!(
-            "podq sim {} ({}, {})",
-            report.workload, setup.machine.name, report.topology.description
-        ),
-        &bars,
-        &curves,
+/// The SVG plot, drawn as `podq bench` draws its own.
+pub fn plot(setup: &Setup, report: &SimReport) -> anyhow::Result<String> {
+    let runs: Vec<&RunResult> = report.results.iter().map(|r| &r.run).collect();
+    plot::draw(
+        &format!("podq sim {}", report.workload),
+        &[format!(
+            "{}: {} (simulated)",
+            setup.machine.name, report.topology.description
+        )],
+        &runs,
+        &[],
     )
 }
