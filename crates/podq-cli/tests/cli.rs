@@ -250,15 +250,23 @@ fn monitor_prints_tables_and_json_lines() {
         "2",
     ]);
     assert_eq!(table.matches("WORKQUEUE").count(), 2, "{table}");
+    // Piped: each sample under its own heading, none redrawn over the last.
+    assert_eq!(table.matches("podq monitor: pid ").count(), 2, "{table}");
+    assert!(table.contains(", every 100ms, "), "{table}");
+    assert!(!table.contains('\x1b'), "{table}");
     let rpciod = table.lines().find(|l| l.starts_with("rpciod")).unwrap();
-    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ^).
-    let cells: Vec<&str> = rpciod.split_whitespace().collect();
+    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ≤).
+    let cells: Vec<&str> = rpciod
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
     assert_eq!(cells[1], "40");
     assert_eq!(cells[3], "2");
     assert_eq!(cells[4], "0.002");
     assert_eq!(cells[6], "5.0");
     assert_eq!(cells[7], "94.7");
-    assert_eq!(&cells[8..], ["^2500ns", "^80.0us"]);
+    assert_eq!(&cells[8..10], ["≤2.5 µs", "≤80.0 µs"]);
     assert!(table.contains("node0"), "{table}");
     assert!(table.contains("cpu0"), "{table}");
     assert!(
