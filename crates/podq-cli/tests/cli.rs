@@ -373,3 +373,37 @@ fn ctl_and_monitor_drive_real_workqueues() {
     assert_eq!(row["started"], 10);
     assert_eq!(row["in_flight"], 0);
 }
+
+#[test]
+fn help_lists_the_commands_and_every_command_ends_with_examples() {
+    let help = ok(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(commands, ["topo", "ctl", "monitor", "bench", "sim", "help"]);
+    for command in &commands[..5] {
+        for flag in ["-h", "--help"] {
+            let text = ok(&[command, &flag]);
+            let tail = text.rsplit_once("Examples:\n").map(|(_, t)| t);
+            let examples: Vec<&str> = tail.map_or(Vec::new(), |t| t.lines().collect());
+            assert!(
+                examples
+                    .iter()
+                    .any(|l| l.trim_start().starts_with(&format!("podq {command}"))),
+                "podq {command} {flag} does not end with examples:\n{text}"
+            );
+            // Nothing but examples (and a pointer to --help) after them.
+            assert!(
+                examples
+                    .iter()
+                    .all(|l| l.starts_with("  podq ") || l.starts_with('(') || l.is_empty()),
+                "podq {command} {flag}:\n{text}"
+            );
+        }
+    }
+}
