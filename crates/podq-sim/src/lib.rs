@@ -137,6 +137,8 @@ pub struct SimOutput {
     pub events: u64,
     /// Virtual time simulated, ns.
     pub virtual_ns: Ns,
+    /// The most items of the queue under test that were active at once.
+    pub peak_active: usize,
 }
 
 struct Snapshot {
@@ -194,26 +196,21 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         Workload::Completion(c) => (c.alloc_cache.max(1), c.toggle.clone()),
         _ => (1, Vec::new()),
     };
-    let world = World {
-        workload: spec.workload.clone(),
-        wqs: Vec::new(),
-        pools: Vec::new(),
-        pwqs: Vec::new(),
-        producers: Vec::new(),
-        ios: Vec::new(),
-        slab: Slab {
-            cache: vec![capacity; n],
-            capacity,
-            node_lock: Vec::new(),
-            remote: vec![0; max_node + 1],
-            counts: AllocCounts::default(),
-        },
-        hists: vec![Hists::new()],
-        target_items: match spec.length {
-            RunLength::Items(k) => Some(k.saturating_mul(producer_cpus.len() as u64)),
-            RunLength::Duration(_) => None,
-        },
-        stop: false,
+    let mut world = World::new(spec.workload.clone());
+    world.slab = Slab {
+        cache: vec![capacity; n],
+        capacity,
+        node_lock: Vec::new(),
+        remote: vec![0; max_node + 1],
+        counts: AllocCounts::default(),
+    };
+    world.per_producer = match spec.length {
+        RunLength::Items(k) => Some(k),
+        RunLength::Duration(_) => None,
+    };
+    world.target_items = match spec.length {
+        RunLength::Items(k) => Some(k.saturating_mul(producer_cpus.len() as u64)),
+        RunLength::Duration(_) => None,
     };
     let mut sim = Sim::new(topo, cost.clone(), spec.seed, world);
     for node in 0..=max_node {
@@ -249,6 +246,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
             inflight: 0,
             waiting: false,
             free_slots: (first_io..first_io + depth).rev().collect(),
+            issued: 0,
         });
         sim.wake(tid, cpu, cpu, None);
     }
@@ -337,6 +335,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         segments,
         events: sim.events.processed(),
         virtual_ns: sim.now,
+        peak_active: sim.world.wqs[0].peak_active,
     })
 }
 
