@@ -69,6 +69,7 @@ fn every_item_runs_exactly_once() {
                 },
                 queue: QueueSpec::new("q", scope, strict),
                 length: RunLength::Items(50),
+                warmup: 0,
                 seed: 3,
             };
             let out = run(&topo, &params, &spec);
@@ -88,6 +89,7 @@ fn completion_runs_both_stages_of_every_io() {
         workload: completion((0..8).collect()),
         queue: QueueSpec::new("rpciod", Scope::Smt, false),
         length: RunLength::Items(20),
+        warmup: 0,
         seed: 1,
     };
     let out = run(&topo, &params, &spec);
@@ -111,6 +113,7 @@ fn strict_cpu_pods_run_every_item_where_it_was_queued() {
         },
         queue: QueueSpec::new("q", Scope::Cpu, true),
         length: RunLength::Duration(2_000_000),
+        warmup: 0,
         seed: 1,
     };
     let s = &run(&topo, &params, &spec).segments[0];
@@ -138,6 +141,7 @@ fn max_active_caps_the_items_running_at_once() {
                 ordered,
             },
             length: RunLength::Duration(2_000_000),
+            warmup: 0,
             seed: 1,
         };
         let out = run(&topo, &params, &spec);
@@ -157,6 +161,7 @@ fn max_active_caps_the_items_running_at_once() {
         },
         queue: QueueSpec::new("q", Scope::Smt, false),
         length: RunLength::Duration(2_000_000),
+        warmup: 0,
         seed: 1,
     };
     let peak = run(&topo, &params, &spec).peak_active;
@@ -176,6 +181,7 @@ fn the_same_seed_gives_the_same_run_and_another_seed_another() {
         }),
         queue: QueueSpec::new("rpciod", Scope::Smt, false),
         length: RunLength::Duration(2_000_000),
+        warmup: 0,
         seed,
     };
     let a = digest(&run(&topo, &params, &spec(7)));
@@ -198,6 +204,7 @@ fn a_toggle_splits_the_run_into_segments_with_their_scopes() {
         }),
         queue: QueueSpec::new("rpciod", Scope::Smt, false),
         length: RunLength::Duration(3_000_000),
+        warmup: 0,
         seed: 1,
     };
     let out = run(&topo, &params, &spec);
@@ -222,6 +229,7 @@ fn a_cold_cpu_pays_its_c_state_exit() {
             },
             queue: QueueSpec::new("q", Scope::Smt, true),
             length: RunLength::Duration(50_000_000),
+            warmup: 0,
             seed: 1,
         };
         run(&topo, params, &spec).segments[0]
@@ -247,6 +255,7 @@ fn bad_runs_are_refused_with_the_reason() {
         workload,
         queue: QueueSpec::new("q", Scope::Smt, false),
         length,
+        warmup: 0,
         seed: 1,
     };
     let queue = |cpus: Vec<usize>| Workload::Queue {
