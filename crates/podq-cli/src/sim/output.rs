@@ -244,6 +244,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "seed": args.seed,
         "duration": args.duration.map(d),
         "items": args.items,
+        "warmup": d(args.warmup),
         "scopes": args.scopes,
         "strict": format!("{:?}", args.strict).to_lowercase(),
         "producers": args.producers,
