@@ -1,13 +1,13 @@
 //! Workqueue attributes (the kernel's sysfs files) and the key that makes pools shared.
 
 use podq_topology::{CpuSet, Scope};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy;
 use crate::Error;
 
 /// The attributes of a workqueue, as the kernel's sysfs files name them.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Attrs {
     /// Affinity scope: how big pods are (`Default` follows [`crate::default_scope`]).
     pub scope: Scope,

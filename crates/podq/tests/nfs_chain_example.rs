@@ -76,7 +76,7 @@ fn scopes_change_live_under_load() {
     if cfg!(feature = "stats") {
         assert!(stats
             .iter()
-            .all(|s| s["totals"]["started"].as_u64().unwrap() > 0));
+            .all(|s| s.totals.started > 0));
     }
     drop(client);
 

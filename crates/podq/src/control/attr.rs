@@ -21,7 +21,7 @@ use std::str::FromStr;
 
 use crate::topology::{CpuSet, Scope};
 
-use crate::Error;
+use super::ControlError as Error;
 
 /// The kernel's `WQ_MAX_ACTIVE`: the largest `max_active`; larger writes are clamped.
 pub const MAX_ACTIVE_LIMIT: usize = 2048;
