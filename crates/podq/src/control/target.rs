@@ -49,9 +49,11 @@ pub trait ControlTarget: Send + Sync {
     /// Re-reads the usable CPUs and re-pods live workqueues; returns the usable CPUs.
     /// By default the process's own [`crate::topology::refresh`].
     fn refresh(&self) -> Result<crate::topology::CpuSet, ControlError> {
-        crate::topology::refresh().map_err(|e| ControlError::Refresh {
-            source: Box::new(e),
-        })
+        crate::topology::refresh()
+            .map(|report| report.usable)
+            .map_err(|e| ControlError::Refresh {
+                source: Box::new(e),
+            })
     }
 }
 

@@ -15,10 +15,15 @@ impl Workqueue {
     /// kernel's `WQ_SYSFS` flag. Refused if a live visible workqueue has the name.
     /// Visibility never keeps the workqueue alive.
     ///
-    /// ```no_run
-    /// let wq = podq::Workqueue::builder("rpciod").build()?;
-    /// wq.expose()?;
-    /// let _server = podq::control::start()?; // `podq ctl --pid <this pid> list` sees `rpciod`
+    /// ```
+    /// use podq::Workqueue;
+    ///
+    /// let first = Workqueue::builder("doc-exposed").build()?;
+    /// first.expose()?;
+    /// let second = Workqueue::builder("doc-exposed").build()?;
+    /// assert!(second.expose().is_err()); // the name is taken while `first` lives
+    /// first.hide();
+    /// second.expose()?;
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn expose(&self) -> Result<(), ControlError> {
