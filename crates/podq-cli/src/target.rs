@@ -56,6 +56,17 @@ fn connection_ended(error: &ControlError) -> bool {
     }
 }
 
+/// Whether process `pid` is gone or a zombie (exited, not yet reaped by its parent).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+        Err(_) => true,
+        Ok(status) => status
+            .lines()
+            .filter_map(|l| l.strip_prefix("State:"))
+            .any(|state| matches!(state.trim_start().chars().next(), Some('Z' | 'X'))),
+    }
+}
+
 /// A long-lived conversation with one process's control server, for requests that may
 /// be repeated (reads). The server closes connections that go without a request for its
 /// idle timeout (60 s) and may evict one when all its slots are taken; the session then
@@ -100,9 +111,7 @@ impl Session {
         let pid = self.pid;
         let client = match self.target.connect() {
             Ok(client) => client,
-            Err(_) if !std::path::Path::new(&format!("/proc/{pid}")).exists() => {
-                bail!("process {pid} exited")
-            }
+            Err(_) if exited(pid) => bail!("process {pid} exited"),
             Err(e) => return Err(e.context(format!("lost the control server of process {pid}"))),
         };
         let now = client.server().pid;

@@ -391,3 +391,56 @@ fn ctl_and_monitor_drive_real_workqueues() {
     assert_eq!(row["started"], 10);
     assert_eq!(row["in_flight"], 0);
 }
+
+/// A process with a control server that exits without stopping it, as a crash does
+/// (run by `monitor_says_when_the_process_exits`).
+#[test]
+#[ignore = "helper: run by monitor_says_when_the_process_exits in a child process"]
+fn exiting_server_child() {
+    let server = ControlServer::builder().build().unwrap();
+    println!("READY {}", server.path().display());
+    // Until the parent closes our stdin.
+    let _ = std::io::stdin().read_line(&mut String::new());
+    std::process::exit(0);
+}
+
+#[test]
+fn monitor_says_when_the_process_exits() {
+    use std::io::BufRead;
+    let mut server = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "exiting_server_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = server.id().to_string();
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let socket = lines
+        .find_map(|l| l.unwrap().strip_prefix("READY ").map(str::to_owned))
+        .expect("the child started its server");
+    let mut monitor = Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(["monitor", "--pid", &pid, "-i", "0.1", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A first sample: the monitor is connected. Then the process exits.
+    let mut samples = std::io::BufReader::new(monitor.stdout.take().unwrap());
+    samples.read_line(&mut String::new()).unwrap();
+    drop(server.stdin.take());
+    assert!(server.wait().unwrap().success());
+    std::io::copy(&mut samples, &mut std::io::sink()).unwrap();
+    let out = monitor.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(socket);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!("podq: error: cannot read stats: process {pid} exited\n")
+    );
+}
