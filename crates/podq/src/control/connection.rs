@@ -189,8 +189,11 @@ impl Connection {
     /// connection. The notice is a few dozen bytes, so it fits unless the client has
     /// left earlier replies unread.
     pub(crate) fn close_with(&mut self, message: &str) {
-        self.out
-            .extend_from_slice(Reply::closing(message.to_owned()).to_line().as_bytes());
+        self.out.extend_from_slice(
+            Reply::closing_notice(message.to_owned())
+                .to_line()
+                .as_bytes(),
+        );
         let _ = self.write(Instant::now());
     }
 }

@@ -114,7 +114,7 @@ pub enum ControlError {
     Remote {
         /// The server's message, as sent.
         message: String,
-        /// The server closed the connection after it (see [`super::Reply::closing`]).
+        /// The server closed the connection after it (see the `closing` field of [`super::Reply`]).
         closing: bool,
     },
     /// No process has this pid.

@@ -141,7 +141,7 @@ impl Reply {
     }
 
     /// The server's last line on a connection: an error reply saying why it closes.
-    pub(crate) fn closing(message: String) -> Reply {
+    pub(crate) fn closing_notice(message: String) -> Reply {
         Reply {
             closing: true,
             ..Reply::error(message)
@@ -310,7 +310,7 @@ mod tests {
             Reply::error("unknown workqueue `x`".into()),
             Reply::value("default (cache_shard)".into()),
             Reply::queues(vec![]),
-            Reply::closing("closing idle connection after 60 s".into()),
+            Reply::closing_notice("closing idle connection after 60 s".into()),
         ] {
             let line = reply.to_line();
             assert_eq!(Reply::from_line(line.trim_end()).unwrap(), reply);
@@ -320,7 +320,7 @@ mod tests {
             "{\"ok\":false,\"error\":\"boom\"}\n"
         );
         assert_eq!(
-            Reply::closing("bye".into()).to_line(),
+            Reply::closing_notice("bye".into()).to_line(),
             "{\"ok\":false,\"error\":\"bye\",\"closing\":true}\n"
         );
         assert!(Reply::from_line("nope").is_err());

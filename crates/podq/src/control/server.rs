@@ -348,7 +348,7 @@ impl EventLoop {
     /// are taken.
     fn admit(&mut self, stream: UnixStream, now: Instant) {
         let refuse = |stream: &UnixStream, error: ControlError| {
-            let line = Reply::closing(chain_text(&error)).to_line();
+            let line = Reply::closing_notice(chain_text(&error)).to_line();
             let _ = (&*stream).write_all(line.as_bytes());
         };
         if let Err(e) = stream.set_nonblocking(true) {
