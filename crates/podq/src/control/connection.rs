@@ -95,12 +95,13 @@ impl Connection {
 
     /// The next instant at which [`expire`](Self::expire) has something to do.
     pub(crate) fn deadline(&self, limits: Limits) -> Instant {
-        let mut at = self.last_request + limits.idle;
+        let mut at = if self.wants_write() {
+            self.write_progress + limits.request
+        } else {
+            self.last_request + limits.idle
+        };
         if let Some(start) = self.line_started {
             at = at.min(start + limits.request);
-        }
-        if self.wants_write() {
-            at = at.min(self.write_progress + limits.request);
         }
         at
     }
@@ -175,7 +176,9 @@ impl Connection {
                 return Next::Close;
             }
         }
-        if now >= self.last_request + limits.idle {
+        // The idle clock runs while a request line is in progress too: otherwise a client
+        // could keep a line always started (` \n ` every few seconds) and never be idle.
+        if !self.wants_write() && now >= self.last_request + limits.idle {
             self.close_with(&format!(
                 "closing idle connection after {}",
                 seconds(limits.idle)
