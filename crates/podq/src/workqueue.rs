@@ -9,6 +9,7 @@
 //! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
 //! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
+#[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
 pub(crate) mod refresh;
