@@ -125,6 +125,11 @@ fn find<'a>(series: &'a [Series], r: &RunResult) -> &'a Series {
 
 /// Draws a `podq bench` report as an SVG document.
 pub fn render(report: &Report) -> Result<String> {
+    render_titled(report, &format!("podq bench {}", report.workload))
+}
+
+/// As [`render`], under another title (`podq sim` draws its reports this way).
+pub fn render_titled(report: &Report, title: &str) -> Result<String> {
     let t = &report.topology;
     let rounds = report.results.first().map_or(0, |r| r.rounds.len().max(1));
     let mut lines = vec![format!(
@@ -139,17 +144,12 @@ pub fn render(report: &Report) -> Result<String> {
         ));
     }
     let results: Vec<&RunResult> = report.results.iter().collect();
-    draw(
-        &format!("podq bench {}", report.workload),
-        &lines,
-        &results,
-        &t.real_cpus,
-    )
+    draw(title, &lines, &results, &t.real_cpus)
 }
 
 /// Draws `results` under `title` and the `lines` below it. `real_cpus` names the idle
 /// lanes of a time series taken on a fake topology.
-pub fn draw(
+fn draw(
     title: &str,
     lines: &[String],
     results: &[&RunResult],

@@ -147,8 +147,11 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
             nfsiod_pool_locks: seg.nfsiod_pool_locks.as_ref().map(pool_locks),
             context_switches: seg.counters.context_switches,
             migrations: seg.counters.migrations,
-            // The simulator reports whole segments, not a time series.
-            start_s: 0.0,
+            start_s: done.output.segments[..index]
+                .iter()
+                .map(|s| s.seconds)
+                .sum(),
+            // The simulator keeps per-segment totals only; no time series within one.
             timeline: Vec::new(),
         }
     });
@@ -247,6 +250,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "seed": args.seed,
         "duration": args.duration.map(d),
         "items": args.items,
+        "warmup": d(args.warmup),
         "scopes": args.scopes,
         "strict": format!("{:?}", args.strict).to_lowercase(),
         "producers": args.producers,
@@ -490,16 +494,18 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
     out
 }
 
-/// The SVG plot, drawn as `podq bench` draws its own.
-pub fn plot(setup: &Setup, report: &SimReport) -> anyhow::Result<String> {
-    let runs: Vec<&RunResult> = report.results.iter().map(|r| &r.run).collect();
-    plot::draw(
-        &format!("podq sim {}", report.workload),
-        &[format!(
-            "{}: {} (simulated)",
-            setup.machine.name, report.topology.description
-        )],
-        &runs,
-        &[],
-    )
+/// The SVG plot, drawn as `podq bench` draws its reports.
+pub fn plot(report: SimReport) -> anyhow::Result<String> {
+    let title = format!("podq sim {}", report.workload);
+    let report = report::Report {
+        schema_version: report.schema_version,
+        workload: report.workload,
+        command: report.command,
+        topology: report.topology,
+        settings: report.settings,
+        results: report.results.into_iter().map(|r| r.run).collect(),
+        ratios: Vec::new(),
+        warnings: Vec::new(),
+    };
+    plot::render_titled(&report, &title)
 }
