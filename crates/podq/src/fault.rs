@@ -5,7 +5,7 @@
 //! retried after the create cooldown ([`set_create_cooldown`]); meanwhile workqueues
 //! built with a rescuer (`WorkqueueBuilder::rescuer`) keep their items moving. The
 //! protocol is described in `pool/rescue.rs`. Failures can be injected for tests with
-//! the `test-util` feature ([`fail_worker_spawns`]).
+//! the `test-util` feature (`fail_worker_spawns`).
 //!
 //! Legend: A atomic (`Relaxed`: plain settings read on the slow spawn path, pairing
 //! with nothing); H guarded by `ERROR_HOOK`.
