@@ -364,12 +364,18 @@ fn a_bad_default_scope_in_the_environment_is_warned_about() {
             "bench",
             "queue",
             "--systems",
-            "crossbeam-channel",
+            "podq,crossbeam-channel",
+            "--scopes",
+            "cpu",
+            "--strict",
+            "off",
             "--items",
             "50",
             "--rounds",
             "1",
             "--quiet",
+            "--json",
+            "-",
         ])
         .env("PODQ_DEFAULT_AFFINITY_SCOPE", "bogus")
         .output()
@@ -381,6 +387,10 @@ fn a_bad_default_scope_in_the_environment_is_warned_about() {
         err.contains("PODQ_DEFAULT_AFFINITY_SCOPE") && err.contains("bogus"),
         "{err}"
     );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].as_str().unwrap().contains("bogus"));
 }
 
 #[test]
