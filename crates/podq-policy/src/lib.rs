@@ -9,11 +9,13 @@
 //! One module per area of decision; everything is re-exported at the crate root.
 
 mod active;
+mod batch;
 mod locality;
 mod select;
 mod worker;
 
 pub use active::*;
+pub use batch::*;
 pub use locality::*;
 pub use select::*;
 pub use worker::*;

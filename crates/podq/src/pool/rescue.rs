@@ -269,7 +269,8 @@ impl PoolCore {
             let mut st = lock_pool(&self.state);
             st.slots[index] = None;
             st.nr_workers -= 1;
-            st.nr_running -= 1;
+            self.counts.workers.store(st.nr_workers, SeqCst);
+            self.counts.running.fetch_sub(1, SeqCst);
             !st.shutdown && needs_worker(self, &st)
         };
         let error = Error::Os {
@@ -301,7 +302,8 @@ impl PoolCore {
             if !needs_worker(self, &st) {
                 return;
             }
-            let mut ids: Vec<u64> = st.worklist.iter().map(|e| e.meta.pwq.wq.id).collect();
+            let mut ids: Vec<u64> = Vec::new();
+            self.worklist.for_each(|e| ids.push(e.meta.pwq.wq.id));
             ids.sort_unstable();
             ids.dedup();
             ids
@@ -328,14 +330,11 @@ impl PoolCore {
         let _ = cpu::set_affinity(&self.allowed);
         for _ in 0..RESCUER_BATCH {
             let entry = {
-                let mut st = lock_pool(&self.state);
+                let st = lock_pool(&self.state);
                 if !needs_worker(self, &st) {
                     return false;
                 }
-                let Some(at) = st.worklist.iter().position(|e| e.meta.pwq.wq.id == wq) else {
-                    return false;
-                };
-                st.worklist.remove(at)
+                self.worklist.take_where(|e| e.meta.pwq.wq.id == wq)
             };
             let Some(entry) = entry else {
                 return false;
@@ -344,7 +343,9 @@ impl PoolCore {
             run_entry(self, entry, None);
         }
         let st = lock_pool(&self.state);
-        needs_worker(self, &st) && st.worklist.iter().any(|e| e.meta.pwq.wq.id == wq)
+        let mut left = false;
+        self.worklist.for_each(|e| left |= e.meta.pwq.wq.id == wq);
+        needs_worker(self, &st) && left
     }
 }
 
