@@ -202,16 +202,12 @@ impl Pool {
         let pod = key.pod.clone();
         let mask = key.cpumask.clone().unwrap_or_else(|| pod.clone());
         let pod_real = map.reals(&pod);
-        let allowed = if key.strict {
-            pod_real.clone()
-        } else {
-            map.reals(&mask)
-        };
+        let allowed = map.reals(key.allowed_cpus());
         let virt_of_real = map.virtual_table(&pod, &mask, pod.first().unwrap_or(0));
         Pool {
             core: Arc::new(PoolCore {
                 id,
-                concurrency: pod.len().max(1),
+                concurrency: key.concurrency(),
                 key,
                 topology,
                 allowed,
@@ -309,7 +305,7 @@ impl PoolCore {
 
     /// Decides (under the lock) whether to wake or start a worker.
     fn kick_locked(&self, st: &mut PoolState) -> Action {
-        match policy::kick(self.load(st)) {
+        match policy::kick_cooled(policy::kick(self.load(st)), || rescue::cooling(self.id)) {
             Kick::Nothing => Action::Nothing,
             Kick::Wake => {
                 let last_cpu = |i: usize| st.slots[st.idle[i]].as_ref().map_or(0, |s| s.last_cpu);
@@ -332,9 +328,6 @@ impl PoolCore {
                     .map_or(Action::Nothing, Action::Unpark)
             }
             Kick::Create => {
-                if rescue::cooling(self.id) {
-                    return Action::Nothing; // the manager retries after the cooldown
-                }
                 let slot = WorkerSlot {
                     thread: None,
                     last_cpu: self.key.pod.first().unwrap_or(0),
@@ -415,6 +408,27 @@ impl PoolCore {
 /// The kernel sees a worker sleep; user space does not, and podq runs at most one worker
 /// per pod CPU, so an item that waits (I/O, locks, joins) should wrap the wait in
 /// `blocking`. podq's own waits (`join`, `flush`, `cancel_sync`, `drain`) do so already.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let wq = podq::Workqueue::builder("doc-io").build()?;
+/// // Without `blocking`, these sleeps would take turns on the pool's few workers.
+/// let reads: Vec<_> = (0..4)
+///     .map(|i| {
+///         wq.spawn(move || {
+///             let bytes = podq::blocking(|| {
+///                 std::thread::sleep(Duration::from_millis(10)); // stands for a read
+///                 512 * i
+///             });
+///             bytes + 1
+///         })
+///     })
+///     .collect();
+/// let total: usize = reads.into_iter().map(|r| r.join().unwrap()).sum();
+/// assert_eq!(total, 512 * 6 + 4);
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     struct Leave(Arc<PoolCore>);
     impl Drop for Leave {
@@ -466,9 +480,9 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         if take_batch(pool, mine) {
             continue;
         }
-        if !spun {
+        if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
             spun = true;
-            spin(&pool.counts, &pool.worklist);
+            spin(&pool.counts, &pool.worklist, budget);
             continue; // the worklist is checked again
         }
         let mut st = lock(&pool.state);
@@ -526,23 +540,23 @@ fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
 }
 
 /// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
-/// spinning, polls the worklist length for at most [`policy::IDLE_SPIN`], and stops
+/// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]), and stops
 /// counting as spinning. Queuers skip the wake-up for items a spinner will take
 /// (`policy::kick`), so the caller must look at the worklist again before going idle.
-fn spin<T>(counts: &Counts, worklist: &Worklist<T>) {
+fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration) {
     counts.spinning.fetch_add(1, SeqCst);
-    poll_worklist(worklist);
+    poll_worklist(worklist, budget);
     // SeqCst, then the caller's look at the worklist: pairs with a queuer's push, then
     // its load of `spinning`.
     counts.spinning.fetch_sub(1, SeqCst);
 }
 
-/// Polls the worklist until it holds an item or [`policy::IDLE_SPIN`] passes: a few
-/// pause loops, then yields, so a producer on the same CPU gets to run.
+/// Polls the worklist until it holds an item or `budget` passes: a few pause loops,
+/// then yields, so a producer on the same CPU gets to run.
 #[cfg(not(loom))]
-fn poll_worklist<T>(worklist: &Worklist<T>) {
+fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration) {
     const PAUSES: u32 = 64;
-    let deadline = Instant::now() + policy::IDLE_SPIN;
+    let deadline = Instant::now() + budget;
     let mut rounds = 0u32;
     while worklist.len() == 0 {
         if rounds < PAUSES {
@@ -559,7 +573,7 @@ fn poll_worklist<T>(worklist: &Worklist<T>) {
 /// The loom stand-in: one look and a yield (loom has no clock; any bound will do,
 /// since the caller looks again).
 #[cfg(loom)]
-fn poll_worklist<T>(worklist: &Worklist<T>) {
+fn poll_worklist<T>(worklist: &Worklist<T>, _budget: Duration) {
     if worklist.len() == 0 {
         loom::thread::yield_now();
     }
@@ -574,10 +588,13 @@ fn idle(pool: &PoolCore, index: usize) -> Option<bool> {
         if woken {
             return Some(slot.repatriate);
         }
-        let idle_for = slot.idle_since.elapsed();
-        let oldest = st.idle.front() == Some(&index);
-        let busy = st.nr_workers - st.idle.len();
-        let reap = oldest && policy::should_reap(st.idle.len(), busy, idle_for, pool.idle_timeout);
+        let idle = policy::IdleWorkers {
+            idle: st.idle.len(),
+            workers: st.nr_workers,
+            oldest_idle_for: slot.idle_since.elapsed(),
+        };
+        let position = st.idle.iter().position(|&i| i == index);
+        let reap = position.is_some() && policy::reap(idle, pool.idle_timeout) == position;
         if st.shutdown || reap {
             st.idle.retain(|&i| i != index);
             pool.counts.idle.store(st.idle.len(), SeqCst);
@@ -704,7 +721,7 @@ fn execute(
     if let Some(message) = panicked {
         owner.stats.items.panicked.inc();
         wq.counters.panicked.inc();
-        crate::report_panic(&wq.name, &message);
+        wq.report_panic(&message);
     }
 }
 
@@ -792,7 +809,7 @@ mod loom_tests {
                         }
                         if !spun {
                             spun = true;
-                            spin(&counts, &list);
+                            spin(&counts, &list, policy::IDLE_SPIN);
                             continue;
                         }
                         let mut st = lock(&state);
