@@ -124,6 +124,11 @@ fn find<'a>(series: &'a [Series], r: &RunResult) -> &'a Series {
 
 /// Draws the report as an SVG document.
 pub fn render(report: &Report) -> Result<String> {
+    render_titled(report, &format!("podq bench {}", report.workload))
+}
+
+/// As [`render`], under another title (`podq sim` draws its reports this way).
+pub fn render_titled(report: &Report, title: &str) -> Result<String> {
     let series = series_of(report);
     let mut panels: Vec<Panel> = Vec::new();
     let toggled = report.results.iter().any(|r| r.segment.is_some());
@@ -174,7 +179,7 @@ pub fn render(report: &Report) -> Result<String> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_error)?;
         let (title_area, mut rest) = root.split_vertically(title_h);
-        draw_title(&title_area, report)?;
+        draw_title(&title_area, report, title)?;
         if panels.is_empty() {
             rest.draw(&Text::new(
                 "no results to plot",
@@ -199,11 +204,11 @@ fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Err
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
-fn draw_title(area: &Area<'_>, report: &Report) -> Result<()> {
+fn draw_title(area: &Area<'_>, report: &Report, title: &str) -> Result<()> {
     let t = &report.topology;
     let rounds = report.results.first().map_or(0, |r| r.rounds.len().max(1));
     area.draw(&Text::new(
-        format!("podq bench {}", report.workload),
+        title.to_owned(),
         (20, 8),
         (FONT, 22).into_font(),
     ))
