@@ -20,13 +20,15 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use podq::control::Request;
+use podq::control::{escape_controls, Request};
 use podq::procfs::{self, ProcStat, ThreadSched};
+use podq::stats::{Latency, PoolStats};
 use podq::topology::CpuSet;
+use podq::WorkqueueStats;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::target::TargetArgs;
+use crate::target::{Session, TargetArgs};
 
 /// Thread rows shown per sample in the table (the busiest); `--json` prints all.
 const THREAD_ROWS: usize = 12;
@@ -106,83 +108,46 @@ impl WqRow {
     }
 }
 
-/// Sums a numeric field over pools; `None` when no pool has it.
-fn sum(pools: &[Value], path: &[&str]) -> Option<u64> {
-    pools
-        .iter()
-        .filter_map(|p| path.iter().try_fold(p, |v, k| v.get(k))?.as_u64())
-        .fold(None, |acc, v| Some(acc.unwrap_or(0) + v))
+/// Sums a field over pools; `None` when there is no pool.
+fn sum(pools: &[PoolStats], field: impl Fn(&PoolStats) -> u64) -> Option<u64> {
+    (!pools.is_empty()).then(|| pools.iter().map(field).sum())
 }
 
-/// The row of one workqueue's stats object (`podq::stats::WorkqueueStats` as JSON).
-pub fn wq_row(stats: &Value) -> WqRow {
-    let empty = Vec::new();
-    let pools = stats
-        .get("pools")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+/// The row of one workqueue's stats snapshot. The stats carry no whole-queue latency,
+/// so the percentiles are the worst pool's (an upper bound, marked `^`).
+pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
+    let pools = &stats.pools;
+    let local = sum(pools, |p| {
+        p.locality.same_cpu + p.locality.same_smt + p.locality.same_llc
+    });
+    let located =
+        sum(pools, |p| p.locality.same_node + p.locality.remote).and_then(|far| Some(far + local?));
+    let worst = |quantile: fn(&Latency) -> u64| {
+        pools
+            .iter()
+            .filter(|p| p.queue_to_start_ns.count > 0)
+            .map(|p| quantile(&p.queue_to_start_ns))
+            .max()
     };
-    // The queue's own counts when the stats have them; else the pools' (exact when
-    // the queue shares no pool).
-    let own = |k: &str| {
-        stats
-            .get("totals")
-            .and_then(|t| t.get(k))
-            .and_then(Value::as_u64)
-            .or_else(|| sum(pools, &[k]))
-    };
-    let locality = |k| sum(pools, &["locality", k]);
-    let local = add(
-        add(locality("same_cpu"), locality("same_smt")),
-        locality("same_llc"),
-    );
-    let located = add(add(local, locality("same_node")), locality("remote"));
-    let percentile = |source: &Value, key: &str| {
-        source
-            .get("queue_to_start_ns")
-            .and_then(|l| l.get(key))
-            .and_then(Value::as_u64)
-    };
-    let whole = stats.get("queue_to_start_ns").is_some();
-    let (p50, p99) = if whole {
-        (percentile(stats, "p50"), percentile(stats, "p99"))
-    } else {
-        let worst = |key| {
-            pools
-                .iter()
-                .filter(|p| percentile(p, "count").unwrap_or(0) > 0)
-                .filter_map(|p| percentile(p, key))
-                .max()
-        };
-        (worst("p50"), worst("p99"))
-    };
+    let p99 = worst(|l| l.p99);
     WqRow {
-        name: stats
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_owned(),
-        started: own("started"),
-        completed: own("completed"),
+        name: escape_controls(&stats.name).into_owned(),
+        started: Some(stats.totals.started),
+        completed: Some(stats.totals.completed),
         started_per_s: None,
-        cpu_time_s: sum(pools, &["cpu_time_ns"]).map(|ns| ns as f64 / 1e9),
-        repatriated: own("repatriated"),
-        lock_acquisitions: add(
-            sum(pools, &["enqueue_lock", "acquisitions"]),
-            sum(pools, &["dequeue_lock", "acquisitions"]),
-        ),
-        lock_contended: add(
-            sum(pools, &["enqueue_lock", "contended"]),
-            sum(pools, &["dequeue_lock", "contended"]),
-        ),
+        cpu_time_s: sum(pools, |p| p.cpu_time_ns).map(|ns| ns as f64 / 1e9),
+        repatriated: Some(stats.totals.repatriated),
+        lock_acquisitions: sum(pools, |p| {
+            p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions
+        }),
+        lock_contended: sum(pools, |p| {
+            p.enqueue_lock.contended + p.dequeue_lock.contended
+        }),
         local,
         located,
-        queue_to_start_p50_ns: p50,
+        queue_to_start_p50_ns: worst(|l| l.p50),
         queue_to_start_p99_ns: p99,
-        latency_is_pool_max: !whole && p99.is_some(),
+        latency_is_pool_max: p99.is_some(),
     }
 }
 
@@ -348,9 +313,8 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
 
 /// Runs `podq monitor`.
 pub fn run(args: MonitorArgs) -> Result<()> {
-    let mut client = args.target.connect()?;
-    let pid = u32::try_from(client.server_credentials()?.pid)
-        .context("the control server reported no process id")?;
+    let mut session = Session::open(args.target.clone())?;
+    let pid = session.pid();
     let interval = Duration::from_secs_f64(args.interval);
     let stats_request = Request::Stats { queue: None };
     let mut prev_stat = procfs::read_proc_stat()?;
@@ -361,7 +325,7 @@ pub fn run(args: MonitorArgs) -> Result<()> {
         .map(|t| (t.tid, t))
         .collect();
     // A first stats sample, so the first printed one already has rates.
-    let mut prev_started: HashMap<String, u64> = client
+    let mut prev_started: HashMap<String, u64> = session
         .call(&stats_request)
         .context("cannot read stats")?
         .stats
@@ -376,9 +340,7 @@ pub fn run(args: MonitorArgs) -> Result<()> {
     while args.count.map_or(true, |n| sample < n) {
         thread::sleep(interval);
         sample += 1;
-        let reply = client
-            .call(&stats_request)
-            .context("cannot read stats (has the process exited?)")?;
+        let reply = session.call(&stats_request).context("cannot read stats")?;
         let elapsed = last.elapsed().as_secs_f64();
         last = Instant::now();
         let mut wqs: Vec<WqRow> = reply
@@ -442,61 +404,76 @@ pub fn run(args: MonitorArgs) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn pool(started: u64, completed: u64, p99: u64) -> Value {
-        json!({
-            "id": 1, "pod_cpus": "0-1", "strict": false,
-            "queued": started + 2, "started": started, "completed": completed,
-            "panicked": 0, "cancelled": 0, "repatriated": 3,
-            "workers_created": 2, "workers_reaped": 0, "workers": 2, "idle": 1,
-            "max_active_waits": 0,
-            "enqueue_lock": { "acquisitions": 100, "contended": 10, "wait_ns": 5 },
-            "dequeue_lock": { "acquisitions": 100, "contended": 30, "wait_ns": 5 },
-            "locality": { "same_cpu": 5, "same_smt": 0, "same_llc": 3, "same_node": 2, "remote": 0 },
-            "queue_to_start_ns": { "count": started, "min": 1, "mean": 2.0, "stdev": 0.0,
-                                   "max": p99, "p50": p99 / 2, "p90": p99, "p99": p99, "p999": p99 },
-            "run_time_ns": { "count": 0, "min": 0, "mean": 0.0, "stdev": 0.0, "max": 0,
-                             "p50": 0, "p90": 0, "p99": 0, "p999": 0 },
-            "cpu_time_ns": 1_500_000_000u64
-        })
+    // Field by field: the snapshot types are meant to grow (`non_exhaustive`).
+    #[allow(clippy::field_reassign_with_default)]
+    fn pool(started: u64, completed: u64, p99: u64) -> PoolStats {
+        let mut p = PoolStats::default();
+        p.id = 1;
+        p.pod_cpus = "0-1".into();
+        p.started = started;
+        p.completed = completed;
+        p.repatriated = 3;
+        p.enqueue_lock.acquisitions = 100;
+        p.enqueue_lock.contended = 10;
+        p.dequeue_lock.acquisitions = 100;
+        p.dequeue_lock.contended = 30;
+        p.locality.same_cpu = 5;
+        p.locality.same_llc = 3;
+        p.locality.same_node = 2;
+        p.queue_to_start_ns.count = started;
+        p.queue_to_start_ns.p50 = p99 / 2;
+        p.queue_to_start_ns.p99 = p99;
+        p.cpu_time_ns = 1_500_000_000;
+        p
+    }
+
+    /// A snapshot as the server sends it, with the queue's own totals.
+    fn wq(name: &str, pools: Vec<PoolStats>, started: u64, completed: u64) -> WorkqueueStats {
+        serde_json::from_value(json!({
+            "name": name,
+            "attrs": { "scope": "cache", "strict": false, "cpumask": [0, 1], "nice": 0,
+                       "max_active": 256, "ordered": false },
+            "effective_scope": "cache",
+            "totals": { "queued": started, "started": started, "completed": completed,
+                        "panicked": 0, "cancelled": 0, "repatriated": 1,
+                        "max_active_waits": 0 },
+            "pools": pools,
+        }))
+        .unwrap()
     }
 
     #[test]
     fn rows_sum_pools() {
-        let stats = json!({ "name": "rpciod", "pools": [pool(10, 7, 4000), pool(20, 20, 9000)] });
+        let stats = wq(
+            "rpciod",
+            vec![pool(10, 7, 4000), pool(20, 20, 9000)],
+            12,
+            11,
+        );
         let row = wq_row(&stats);
         assert_eq!(row.name, "rpciod");
-        assert_eq!(row.started, Some(30));
-        assert_eq!(row.in_flight(), Some(3));
         assert_eq!(row.cpu_time_s, Some(3.0));
-        assert_eq!(row.repatriated, Some(6));
-        // The queue's own totals win over the shared pools' counts.
-        let mut own = stats.clone();
-        own["totals"] = json!({ "started": 12, "completed": 11, "repatriated": 1 });
-        let row = wq_row(&own);
+        // The queue's own totals, not the shared pools' counts.
         assert_eq!(
             (row.started, row.in_flight(), row.repatriated),
             (Some(12), Some(1), Some(1))
         );
-        let row = wq_row(&stats);
         assert_eq!(row.contended_percent(), Some(20.0));
         assert_eq!(row.local_percent(), Some(80.0));
         assert_eq!(row.queue_to_start_p99_ns, Some(9000));
         assert_eq!(row.queue_to_start_p50_ns, Some(4500));
         assert!(row.latency_is_pool_max);
-        // A whole-queue latency, when the stats have one, is used as is.
-        let mut stats = stats;
-        stats["queue_to_start_ns"] = json!({ "p50": 100, "p99": 700 });
-        let row = wq_row(&stats);
-        assert_eq!(row.queue_to_start_p99_ns, Some(700));
-        assert!(!row.latency_is_pool_max);
+        // Names from the server are escaped before they reach the table.
+        let row = wq_row(&wq("evil\x1b]0;x\x07", vec![], 0, 0));
+        assert_eq!(row.name, r"evil\u{1b}]0;x\u{7}");
     }
 
     #[test]
     fn missing_fields_show_as_unknown() {
-        let row = wq_row(&json!({ "name": "empty", "pools": [] }));
-        assert_eq!(row.started, None);
-        assert_eq!(row.in_flight(), None);
+        let row = wq_row(&wq("empty", vec![], 0, 0));
+        assert_eq!(row.cpu_time_s, None);
         assert_eq!(row.contended_percent(), None);
+        assert_eq!(row.queue_to_start_p99_ns, None);
         let table = render_table(&[row], &[], &[]);
         assert!(
             table.lines().nth(1).unwrap().starts_with("empty"),

@@ -1,7 +1,7 @@
 //! Failed worker creation: the cooldown before a retry, when rescuers are called
 //! (mayday), which workqueues are called, and how much a rescuer runs at a time.
 //!
-//! Times are a clock's instants `T` (the runtime passes `std::time::Instant`, the
+//! Times are a clock's instants `T` (the runtime passes its monotonic clock's, the
 //! simulator its virtual time); only adding a `Duration` and comparing are needed.
 
 use std::ops::Add;

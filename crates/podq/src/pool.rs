@@ -568,8 +568,8 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, boo
 fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) {
     let Entry { task, meta } = entry;
     let (work, mut seq) = match task {
-        Task::Once(f) => {
-            execute(pool, mine, &meta, 0, f);
+        Task::Once(task) => {
+            execute(pool, mine, &meta, 0, || task.run());
             return meta.pwq.complete(meta.gen);
         }
         Task::Work { work, seq } => (work, seq),
@@ -671,7 +671,7 @@ fn execute(
     if let Some(message) = panicked {
         owner.stats.items.panicked.inc();
         wq.counters.panicked.inc();
-        crate::report_panic(&wq.name, &message);
+        wq.report_panic(&message);
     }
 }
 

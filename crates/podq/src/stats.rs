@@ -30,7 +30,7 @@ use std::sync::Arc;
 #[cfg(feature = "stats")]
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::Locality as Place;
 use crate::sync::{Mutex, MutexGuard};
@@ -479,7 +479,7 @@ impl Histogram {
 }
 
 /// Item totals of a workqueue or pool.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     /// Items accepted by a queue call (and `spawn`).
     pub queued: u64,
@@ -499,7 +499,7 @@ pub struct Totals {
 }
 
 /// Contention of a pool lock at one kind of call site.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockStats {
     /// Times the lock was taken.
     pub acquisitions: u64,
@@ -510,7 +510,7 @@ pub struct LockStats {
 }
 
 /// Where items ran relative to where they were queued, in the workqueue's topology.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Locality {
     /// On the queueing CPU.
     pub same_cpu: u64,
@@ -525,7 +525,7 @@ pub struct Locality {
 }
 
 /// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// Values recorded.
     pub count: u64,
@@ -549,7 +549,7 @@ pub struct Latency {
 
 /// A snapshot of one pool. Pools are shared by workqueues with equal pool attributes,
 /// so these numbers cover every workqueue that uses the pool.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolStats {
     /// Process-unique pool id (as in worker names `podq/u<id>:<n>`).
     pub id: u64,
@@ -654,7 +654,7 @@ impl PoolStats {
 }
 
 /// A snapshot of one workqueue.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkqueueStats {
     /// The workqueue's name.
     pub name: String,

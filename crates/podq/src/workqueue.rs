@@ -9,6 +9,7 @@
 //! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
 //! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
+#[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
 pub(crate) mod refresh;
@@ -32,9 +33,11 @@ use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+use crate::error::SpawnError;
+use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
-use crate::{Attrs, Error};
+use crate::{Attrs, Error, PanicHook, PanicReport};
 use flush::{FlushDomain, InFlight};
 
 thread_local! {
@@ -90,6 +93,9 @@ struct WqHandle {
 struct Config {
     attrs: Attrs,
     effective_scope: Scope,
+    /// Pwqs that left the table, with their pools, until they are gone: teardown waits
+    /// for them and joins their pools' workers.
+    retired: Vec<(Weak<Pwq>, Arc<PoolCore>)>,
 }
 
 /// The CPU → pwq table, swapped whole on an attribute change.
@@ -177,6 +183,10 @@ pub(crate) struct WqShared {
     destroyed: AtomicBool,
     /// A: item counters of this workqueue.
     pub(crate) counters: ItemCounters,
+    /// I: its own panic hook (`None`: the process-wide one).
+    panic_hook: Option<PanicHook>,
+    /// I: its own error hook (`None`: the process-wide one).
+    pub(crate) error_hook: Option<ErrorHook>,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -236,10 +246,21 @@ pub(crate) fn live_workqueues() -> Vec<Arc<WqShared>> {
 }
 
 /// The process default scope: set by `set_default_scope`, else from
-/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`.
+/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`. A bad environment value is warned
+/// about once, on stderr, when the default is first needed: the error hook is about
+/// pools, and may not be set yet.
 fn default_cell() -> &'static Mutex<Scope> {
     static DEFAULT: OnceLock<Mutex<Scope>> = OnceLock::new();
-    DEFAULT.get_or_init(|| Mutex::new(env_default().unwrap_or(Scope::BUILTIN_DEFAULT)))
+    DEFAULT.get_or_init(|| {
+        let scope = env_default().unwrap_or_else(|e| {
+            eprintln!(
+                "podq: warning: {e}; using `{}` as the default scope",
+                Scope::BUILTIN_DEFAULT
+            );
+            Scope::BUILTIN_DEFAULT
+        });
+        Mutex::new(scope)
+    })
 }
 
 fn env_default() -> Result<Scope, Error> {
@@ -249,8 +270,9 @@ fn env_default() -> Result<Scope, Error> {
 
 /// The process-wide default affinity scope that workqueues with `Scope::Default`
 /// follow: the last [`set_default_scope`], else `PODQ_DEFAULT_AFFINITY_SCOPE`, else
-/// `cache_shard`. (A bad environment value is reported by [`WorkqueueBuilder::build`]
-/// for workqueues on `Scope::Default`; here it reads as `cache_shard`.)
+/// `cache_shard`. A bad environment value reads as `cache_shard`, with one warning on
+/// stderr for the process, and [`WorkqueueBuilder::build`] refuses workqueues on
+/// `Scope::Default` while it is set.
 pub fn default_scope() -> Scope {
     *lock(default_cell())
 }
@@ -292,7 +314,7 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
 }
 
 /// Builds a [`Workqueue`]; every setting has the kernel's default.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct WorkqueueBuilder {
     name: String,
     scope: Scope,
@@ -304,9 +326,50 @@ pub struct WorkqueueBuilder {
     topology: Option<Topology>,
     idle_timeout: Duration,
     rescuer: bool,
+    panic_hook: Option<PanicHook>,
+    error_hook: Option<ErrorHook>,
+}
+
+impl fmt::Debug for WorkqueueBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkqueueBuilder")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .field("strict", &self.strict)
+            .field("cpumask", &self.cpumask)
+            .field("max_active", &self.max_active)
+            .field("ordered", &self.ordered)
+            .field("nice", &self.nice)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("rescuer", &self.rescuer)
+            .field("panic_hook", &self.panic_hook.is_some())
+            .field("error_hook", &self.error_hook.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WorkqueueBuilder {
+    /// The hook called for each of this workqueue's items that panics, instead of the
+    /// process-wide one ([`crate::set_panic_hook`], the default). It runs on the
+    /// worker after the item unwound; a panicking hook is caught.
+    pub fn panic_hook(mut self, hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) -> Self {
+        self.panic_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The hook told about faults the runtime handles for this workqueue (a worker
+    /// thread that could not be created for a pool its items wait on), instead of the
+    /// process-wide one ([`crate::set_error_hook`], the default). A pool shared by
+    /// several workqueues tells each waiting workqueue's hook once, and the process-wide
+    /// hook once for those without one.
+    pub fn error_hook(
+        mut self,
+        hook: impl Fn(&crate::ErrorReport<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.error_hook = Some(Arc::new(hook));
+        self
+    }
+
     /// Affinity scope (default: `Scope::Default`, following the process default).
     pub fn scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
@@ -325,8 +388,15 @@ impl WorkqueueBuilder {
         self
     }
 
-    /// System-wide limit of active items, `1..=2048` (default 1024, the kernel's
-    /// `WQ_DFL_ACTIVE`); ignored for ordered workqueues, which run one at a time.
+    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
+    /// ignored for ordered workqueues, which run one at a time.
+    ///
+    /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
+    /// cpumask gets a share proportional to its CPUs, rounded up and never below
+    /// `min(max_active, 8)` (`WQ_DFL_MIN_ACTIVE`, so no node starves), and pools that
+    /// span nodes share a counter of `max_active` itself. The shares can add up to
+    /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
+    /// run, 3 on each node ([`policy::node_limits`]).
     pub fn max_active(mut self, n: usize) -> Self {
         self.max_active = n;
         self
@@ -379,10 +449,12 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
-        let live = self.topology.is_none();
-        let topology = match self.topology {
-            Some(t) => t,
-            None => cpu::live_topology(),
+        let (topology, live) = match self.topology {
+            Some(t) => {
+                let live = refresh::is_live_machine(&t);
+                (t, live)
+            }
+            None => (cpu::live_topology(), true),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
@@ -414,6 +486,7 @@ impl WorkqueueBuilder {
             config: Mutex::new(Config {
                 attrs: attrs.clone(),
                 effective_scope: Scope::BUILTIN_DEFAULT,
+                retired: Vec::new(),
             }),
             table: ShardedLock::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
@@ -426,6 +499,8 @@ impl WorkqueueBuilder {
             draining: AtomicUsize::new(0),
             destroyed: AtomicBool::new(false),
             counters: ItemCounters::default(),
+            panic_hook: self.panic_hook,
+            error_hook: self.error_hook,
         });
         {
             let mut cfg = lock(&shared.config);
@@ -466,6 +541,8 @@ impl Workqueue {
             topology: None,
             idle_timeout: policy::IDLE_WORKER_TIMEOUT,
             rescuer: false,
+            panic_hook: None,
+            error_hook: None,
         }
     }
 
@@ -548,37 +625,78 @@ impl Workqueue {
     ) -> JoinHandle<T> {
         match self.try_spawn(f) {
             Ok(handle) => handle,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("{}", e.error()),
         }
     }
 
-    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error.
-    pub fn try_spawn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<JoinHandle<T>, Error> {
+    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error that
+    /// gives the closure back.
+    ///
+    /// ```
+    /// let wq = podq::Workqueue::builder("doc-try-spawn").build()?;
+    /// let answer = wq.try_spawn(|| 6 * 7).map_err(|e| e.into_parts().0)?;
+    /// assert_eq!(answer.join().unwrap(), 42);
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn try_spawn<T, F>(&self, f: F) -> Result<JoinHandle<T>, SpawnError<F>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
         let wq = self.shared();
-        wq.check_accepting()?;
+        if let Err(e) = wq.check_accepting() {
+            return Err(SpawnError::new(e, f));
+        }
         let (handle, task) = join::pair(f);
-        wq.enqueue(Task::Once(task), None)?;
+        // Past the check, the call counts as made before any drain that began since: it
+        // is queued and a drain waits for it. Only a destroyed workqueue refuses it then,
+        // which cannot happen while this handle lives; were it refused, the handle would
+        // report the item dropped without running.
+        let _ = wq.enqueue_any(Task::Once(task), None, true);
         Ok(handle)
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
-    /// was already pending. When the timer fires, the pod is chosen from the CPU the
-    /// timer thread runs on, as the kernel does.
+    /// was already pending, or the workqueue is draining and the caller is not one of
+    /// its items (see [`Workqueue::try_queue_delayed`] for the reason). When the timer
+    /// fires, the pod is chosen from the CPU the timer thread runs on, as the kernel
+    /// does; an item armed before a drain began is queued when it fires, drain or not.
     pub fn queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed`], with a draining workqueue reported as an error
+    /// ([`Error::Draining`]).
+    pub fn try_queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, false)
     }
 
     /// As [`Workqueue::queue_delayed`], queueing on the pod of `cpu` when it fires.
     pub fn queue_delayed_on(&self, cpu: usize, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed_on(cpu, dwork, delay)
+            .unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed_on`], with a draining workqueue reported as an error.
+    pub fn try_queue_delayed_on(
+        &self,
+        cpu: usize,
+        dwork: &DelayedWork,
+        delay: Duration,
+    ) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, Some(cpu), false)
     }
 
     /// `mod_delayed_work`: (re)arms `dwork` with `delay` whatever its state; a pending
-    /// instance is replaced. Returns whether one was pending.
+    /// instance is replaced. Returns whether one was pending; false also when the
+    /// workqueue is draining and the caller is not one of its items (nothing changes
+    /// then; see [`Workqueue::try_mod_delayed`]).
     pub fn mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_mod_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::mod_delayed`], with a draining workqueue reported as an error.
+    pub fn try_mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, true)
     }
 
@@ -616,8 +734,8 @@ impl Workqueue {
         self.shared().change(|a| a.nice = nice)
     }
 
-    /// Changes `max_active`; waiting items are activated at once if it rises.
-    /// Refused for ordered workqueues.
+    /// Changes `max_active` (enforced per node: see [`WorkqueueBuilder::max_active`]);
+    /// waiting items are activated at once if it rises. Refused for ordered workqueues.
     pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
         self.shared().set_max_active(n)
     }
@@ -651,6 +769,12 @@ impl Workqueue {
 }
 
 impl WqShared {
+    /// Tells the workqueue's panic hook, or else the process-wide one, that one of its
+    /// items panicked with `message`.
+    pub(crate) fn report_panic(&self, message: &str) {
+        crate::report_panic(self.panic_hook.as_ref(), &self.name, message);
+    }
+
     /// [`Workqueue::set_max_active`]; also what the control plane calls.
     fn set_max_active(&self, n: usize) -> Result<(), Error> {
         let wq = self;
@@ -686,6 +810,7 @@ impl Drop for WqHandle {
             pool::blocking(|| wq.drain());
         }
         pool::stop_rescuer(wq.id);
+        let retired = std::mem::take(&mut lock(&wq.config).retired);
         wq.destroyed.store(true, SeqCst);
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
@@ -709,11 +834,21 @@ impl Drop for WqHandle {
             !st.dead
         });
         wq.unplug_oldest();
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
+        let mut cores: Vec<Arc<PoolCore>> =
+            retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
         // join them here (never from a worker, and never under a lock).
         drop(retiring);
         if pool::current_wq() == 0 {
+            // Pwqs retired by earlier attribute changes: their last item's worker drops
+            // its reference right after completing it, which may stop their pool, a
+            // moment after the drain saw them empty. Wait for that, then join.
+            for (pwq, core) in retired {
+                while pwq.strong_count() > 0 {
+                    std::thread::yield_now();
+                }
+                cores.push(core);
+            }
             for core in cores {
                 core.join_if_stopped();
             }
@@ -740,7 +875,7 @@ fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_
 }
 
 impl WqShared {
-    fn check_accepting(&self) -> Result<(), Error> {
+    pub(crate) fn check_accepting(&self) -> Result<(), Error> {
         let refused = self.destroyed.load(SeqCst)
             || (self.draining.load(SeqCst) > 0 && pool::current_wq() != self.id);
         if refused {
@@ -1034,9 +1169,20 @@ impl WqShared {
                     st.dead = true;
                     retired.push(Arc::clone(p));
                 }
+                if !st.current && !st.dead {
+                    let known = cfg
+                        .retired
+                        .iter()
+                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
+                    if !known {
+                        cfg.retired
+                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
+                    }
+                }
                 !st.dead
             });
         }
+        cfg.retired.retain(|(w, _)| w.strong_count() > 0);
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
         self.store_node_limits(&plan.limits);

@@ -510,7 +510,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
         None => print!("{text}"),
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, output::plot(&setup, &report))
+        std::fs::write(path, output::plot(report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
