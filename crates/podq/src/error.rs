@@ -2,8 +2,10 @@
 
 use podq_topology::{CpuSet, Scope};
 
-/// Everything a podq call can refuse. Each variant names the value at fault.
+/// Everything a podq call can refuse. Each variant names the value at fault. More
+/// variants may come: match with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A cpumask with no CPU in it.
     #[error("empty cpumask")]
@@ -91,4 +93,51 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// A refused [`crate::Workqueue::try_spawn`]: why, and the closure, given back unrun.
+pub struct SpawnError<F> {
+    error: Error,
+    f: F,
+}
+
+impl<F> SpawnError<F> {
+    pub(crate) fn new(error: Error, f: F) -> SpawnError<F> {
+        SpawnError { error, f }
+    }
+
+    /// Why the spawn was refused (today [`Error::Draining`]).
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The closure, unrun.
+    pub fn into_inner(self) -> F {
+        self.f
+    }
+
+    /// The reason and the closure.
+    pub fn into_parts(self) -> (Error, F) {
+        (self.error, self.f)
+    }
+}
+
+impl<F> std::fmt::Debug for SpawnError<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> std::fmt::Display for SpawnError<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "spawn refused: {}", self.error)
+    }
+}
+
+impl<F> std::error::Error for SpawnError<F> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
 }

@@ -671,7 +671,7 @@ fn execute(
     if let Some(message) = panicked {
         owner.stats.items.panicked.inc();
         wq.counters.panicked.inc();
-        crate::report_panic(&wq.name, &message);
+        wq.report_panic(&message);
     }
 }
 

@@ -273,7 +273,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .context("writing the tables to stdout")?;
     }
     outputs.write_json(&report)?;
-    outputs.write_plot(|| Ok(plot_of(&report)))?;
+    outputs.write_plot(|| plot::render(&report))?;
     outputs.keep();
     Ok(())
 }
@@ -878,32 +878,5 @@ fn ratio_table(report: &Report) -> String {
             &rows,
             4
         )
-    )
-}
-
-fn plot_of(report: &Report) -> String {
-    let name = |r: &RunResult| format!("{} {}", r.system, label(r));
-    let bars: Vec<plot::Bar> = report
-        .results
-        .iter()
-        .filter(|r| r.test != "latency")
-        .map(|r| plot::Bar {
-            label: format!("{} {}", r.test, name(r)),
-            value: r.items_per_sec,
-        })
-        .collect();
-    let curves: Vec<plot::Curve> = report
-        .results
-        .iter()
-        .filter(|r| r.test == "latency" || r.test == "completion")
-        .map(|r| plot::Curve::of(name(r), &r.histogram))
-        .collect();
-    plot::svg(
-        &format!(
-            "podq bench {} ({})",
-            report.workload, report.topology.description
-        ),
-        &bars,
-        &curves,
     )
 }

@@ -81,6 +81,9 @@ pub struct SimArgs {
     /// Items per producer per run, instead of a duration.
     #[arg(long)]
     pub items: Option<u64>,
+    /// Virtual time simulated before measuring, with --duration.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
+    pub warmup: Duration,
     /// `queue`, `throughput`: producers [default: one per CPU].
     #[arg(long)]
     pub producers: Option<usize>,
@@ -243,10 +246,11 @@ fn validate(args: &SimArgs) -> Result<()> {
         if d.is_zero() {
             return Err(usage("--duration must be longer than zero"));
         }
-        if d.as_nanos() > u128::from(podq_sim::MAX_VIRTUAL_NS) {
+        if (d + args.warmup).as_nanos() > u128::from(podq_sim::MAX_VIRTUAL_NS) {
             return Err(usage(format!(
-                "--duration {}: a simulated run lasts at most {} s of virtual time",
+                "--duration {} with --warmup {}: a simulated run lasts at most {} s of virtual time",
                 humantime::format_duration(d),
+                humantime::format_duration(args.warmup),
                 podq_sim::MAX_VIRTUAL_NS / 1_000_000_000
             )));
         }
@@ -415,6 +419,7 @@ fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
                         workload: workload.clone(),
                         queue: QueueSpec::new(name, scope, s),
                         length,
+                        warmup: ns(args.warmup),
                         seed: args.seed,
                     },
                 });
@@ -505,7 +510,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
         None => print!("{text}"),
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, output::plot(&setup, &report))
+        std::fs::write(path, output::plot(report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

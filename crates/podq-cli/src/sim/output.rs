@@ -147,6 +147,12 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
             nfsiod_pool_locks: seg.nfsiod_pool_locks.as_ref().map(pool_locks),
             context_switches: seg.counters.context_switches,
             migrations: seg.counters.migrations,
+            start_s: done.output.segments[..index]
+                .iter()
+                .map(|s| s.seconds)
+                .sum(),
+            // The simulator keeps per-segment totals only; no time series within one.
+            timeline: Vec::new(),
         }
     });
     let throughput = matches!(w, Workload::Throughput { .. }).then(|| ThroughputDetail {
@@ -244,6 +250,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "seed": args.seed,
         "duration": args.duration.map(d),
         "items": args.items,
+        "warmup": d(args.warmup),
         "scopes": args.scopes,
         "strict": format!("{:?}", args.strict).to_lowercase(),
         "producers": args.producers,
@@ -487,30 +494,18 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
     out
 }
 
-/// The SVG plot: throughput bars and latency CDFs.
-pub fn plot(setup: &Setup, report: &SimReport) -> String {
-    let name = |r: &RunResult| format!("{} {}", r.test, label(r));
-    let bars: Vec<plot::Bar> = report
-        .results
-        .iter()
-        .filter(|r| r.run.test != "latency")
-        .map(|r| plot::Bar {
-            label: name(&r.run),
-            value: r.run.items_per_sec,
-        })
-        .collect();
-    let curves: Vec<plot::Curve> = report
-        .results
-        .iter()
-        .filter(|r| r.run.test != "queue")
-        .map(|r| plot::Curve::of(name(&r.run), &r.run.histogram))
-        .collect();
-    plot::svg(
-        &format!(
-            "podq sim {} ({}, {})",
-            report.workload, setup.machine.name, report.topology.description
-        ),
-        &bars,
-        &curves,
-    )
+/// The SVG plot, drawn as `podq bench` draws its reports.
+pub fn plot(report: SimReport) -> anyhow::Result<String> {
+    let title = format!("podq sim {}", report.workload);
+    let report = report::Report {
+        schema_version: report.schema_version,
+        workload: report.workload,
+        command: report.command,
+        topology: report.topology,
+        settings: report.settings,
+        results: report.results.into_iter().map(|r| r.run).collect(),
+        ratios: Vec::new(),
+        warnings: Vec::new(),
+    };
+    plot::render_titled(&report, &title)
 }

@@ -261,18 +261,19 @@ impl PoolCore {
     /// schedules the retry and the mayday.
     pub(super) fn spawn_failed(self: &Arc<Self>, index: usize, source: std::io::Error) {
         self.stats.worker_spawn_failures.inc();
-        let wanted = {
+        let (wanted, hooks, process_wide) = {
             let mut st = lock_pool(&self.state);
             st.slots[index] = None;
             st.nr_workers -= 1;
             st.nr_running -= 1;
-            !st.shutdown && needs_worker(self, &st)
+            let (hooks, process_wide) = waiting_hooks(&st);
+            (!st.shutdown && needs_worker(self, &st), hooks, process_wide)
         };
         let error = Error::Os {
             call: "spawn a worker thread",
             source,
         };
-        crate::fault::report_error(self.id, &self.key.pod, &error);
+        crate::fault::report_error(&hooks, process_wide, self.id, &self.key.pod, &error);
         block(self, wanted);
     }
 
@@ -337,6 +338,26 @@ impl PoolCore {
             ran += 1;
         }
     }
+}
+
+/// The error hooks of the workqueues with items on the worklist, each once, and whether
+/// the process-wide hook is due too (some have none of their own, or none waits).
+fn waiting_hooks(st: &PoolState) -> (Vec<crate::fault::ErrorHook>, bool) {
+    let mut seen: Vec<u64> = Vec::new();
+    let mut hooks = Vec::new();
+    let mut process_wide = st.worklist.is_empty();
+    for entry in &st.worklist {
+        let wq = &entry.meta.pwq.wq;
+        if seen.contains(&wq.id) {
+            continue;
+        }
+        seen.push(wq.id);
+        match &wq.error_hook {
+            Some(hook) => hooks.push(Arc::clone(hook)),
+            None => process_wide = true,
+        }
+    }
+    (hooks, process_wide)
 }
 
 /// Whether the pool wants a worker it has not got: items wait, no idle worker, fewer
