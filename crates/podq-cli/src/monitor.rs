@@ -22,7 +22,7 @@ use std::io::{IsTerminal, Write};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
 use podq::control::{escape_controls, Request};
 use podq::procfs::{self, ProcStat, ThreadSched};
@@ -481,10 +481,8 @@ pub fn run(args: MonitorArgs) -> Result<()> {
         let stat = procfs::read_proc_stat()?;
         let busy = busy_rows(&stat.since(&prev_stat), &nodes);
         prev_stat = stat;
-        let threads_now = match procfs::read_threads(pid) {
-            Ok(t) => t,
-            Err(e) => bail!("cannot read the threads of process {pid}: {e}"),
-        };
+        let threads_now = procfs::read_threads(pid)
+            .with_context(|| format!("cannot read the threads of process {pid}"))?;
         let threads = thread_rows(&prev_threads, &threads_now);
         prev_threads = threads_now.into_iter().map(|t| (t.tid, t)).collect();
         if args.json {

@@ -63,7 +63,7 @@ pub enum Error {
     #[error("workqueue name must not be empty")]
     EmptyName,
     /// An operating-system call failed.
-    #[error("{call} failed: {source}")]
+    #[error("{call} failed")]
     Os {
         /// The call.
         call: &'static str,
@@ -77,7 +77,7 @@ pub enum Error {
 
     // Reading procfs (`crate::procfs`).
     /// A procfs or sysfs file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     ProcRead {
         /// The file.
         path: std::path::PathBuf,
