@@ -510,3 +510,27 @@ fn completion_toggle_reports_each_segment_with_its_scope() {
         assert!(r["completion"]["nfsiod_pool_locks"].is_object(), "{r}");
     }
 }
+
+#[test]
+fn a_failed_run_leaves_no_new_file_and_keeps_an_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.json");
+    std::fs::write(&old, "previous results").unwrap();
+    let new = dir.path().join("new.svg");
+    // Both paths are fine; the run then fails (no CPU 999 in the topology).
+    let out = podq(&[
+        "bench",
+        "latency",
+        "--systems",
+        "rayon",
+        "--cpu",
+        "999",
+        "--json",
+        old.to_str().unwrap(),
+        "--plot",
+        new.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read_to_string(&old).unwrap(), "previous results");
+    assert!(!new.exists());
+}
