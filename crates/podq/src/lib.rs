@@ -45,7 +45,6 @@ mod error;
 pub mod fault;
 mod join;
 mod pool;
-pub mod procfs;
 pub mod stats;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]

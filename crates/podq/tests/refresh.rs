@@ -19,17 +19,9 @@ fn this_cpu() -> usize {
 /// process's (a test thread cannot narrow the whole process; this is what `taskset -p`
 /// does to a running process).
 fn set_process_affinity(cpus: &CpuSet) {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter() {
-        // SAFETY: the CPUs of this machine are below CPU_SETSIZE.
-        unsafe { libc::CPU_SET(c, &mut raw) };
-    }
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    // SAFETY: `raw` is a valid cpu_set_t of the size passed; `pid` is the main thread.
-    let rc = unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
-    assert_eq!(rc, 0, "sched_setaffinity");
+    podq::topology::live::set_affinity_of(pid, cpus).unwrap();
 }
 
 /// The usable CPUs, or `None` (with a note) when fewer than two: nothing can go away.
