@@ -10,10 +10,8 @@ use std::time::{Duration, Instant};
 use podq::testing::fake_topology;
 use podq::{CpuSet, Scope, Work, Workqueue};
 
-/// The real CPUs the calling thread may run on.
-fn my_affinity() -> CpuSet {
-    podq::topology::live::affinity().unwrap()
-}
+mod common;
+use common::my_affinity;
 
 /// The real CPU a virtual CPU of a 16-CPU fake topology maps onto.
 fn real_of(v: usize, reals: &[usize], identity: bool) -> usize {

@@ -8,21 +8,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use podq::testing::{fake_topology, refresh_with};
 use podq::{CpuSet, Error, Scope, Work, Workqueue};
 
+mod common;
+use common::{set_process_affinity, this_cpu};
+
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn this_cpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions.
-    usize::try_from(unsafe { libc::sched_getcpu() }).expect("sched_getcpu")
-}
-
-/// Sets the affinity of the process's main thread, the mask podq reads as the
-/// process's (a test thread cannot narrow the whole process; this is what `taskset -p`
-/// does to a running process).
-fn set_process_affinity(cpus: &CpuSet) {
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    podq::topology::live::set_affinity_of(pid, cpus).unwrap();
-}
 
 /// The usable CPUs, or `None` (with a note) when fewer than two: nothing can go away.
 fn two_cpus() -> Option<(CpuSet, usize, usize)> {
