@@ -1,6 +1,6 @@
 //! `JoinHandle`: the result of a one-shot item, awaited by blocking or as a `Future`.
 //!
-//! Legend: L guarded by `Shared::slot`.
+//! Legend: O guarded by `Shared::slot`.
 
 use std::fmt;
 use std::future::Future;
@@ -28,7 +28,7 @@ impl fmt::Display for Panicked {
 
 impl std::error::Error for Panicked {}
 
-/// Everything the slot lock guards (all L).
+/// Everything the slot lock guards (all O).
 struct Slot<T> {
     /// The result, once the item finished.
     result: Option<Result<T, Panicked>>,
@@ -37,9 +37,9 @@ struct Slot<T> {
 }
 
 struct Shared<T> {
-    /// L: result and waker.
+    /// O: result and waker.
     slot: Mutex<Slot<T>>,
-    /// L: signalled when the result arrives (the blocking side).
+    /// O: signalled when the result arrives (the blocking side).
     done: Condvar,
 }
 

@@ -36,6 +36,58 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//!
+//! # Shared state: legends and the lock graph
+//!
+//! Each field of shared state begins its doc with a rule letter from its module's
+//! legend. A letter means one thing in the whole crate:
+//!
+//! | letter | rule | where |
+//! |---|---|---|
+//! | I | set at init, read-only after | everywhere |
+//! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
+//! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
+//! | W | thread-private (a thread-local) | `pool`, `workqueue`, `cpu` |
+//! | M | `WqShared::config` | `workqueue` |
+//! | T | `WqShared::table` | `workqueue` |
+//! | S | `WqShared::pwqs` | `workqueue` |
+//! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
+//! | N | `NodeActive::pending` | `workqueue` |
+//! | F | `FlushDomain::lock` | `workqueue::flush` |
+//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids) | `workqueue` |
+//! | L | `PoolCore::state` (the pool lock) | `pool` |
+//! | J | `PoolCore::joins` | `pool` |
+//! | R | `PoolCounters::workers` | `stats` |
+//! | B | the manager's `MANAGER.state` | `pool::rescue` |
+//! | U | the rescuer table `RESCUERS` | `pool::rescue` |
+//! | Q | `Rescuer::maydays` | `pool::rescue` |
+//! | K | the timer's `Timer::state` | `delayed` |
+//! | H | a work item's handoff slot | `work::state` |
+//! | C | a work item's waiters (with its condvar) | `work::state` |
+//! | O | a join handle's result slot `Shared::slot` | `join` |
+//! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
+//!
+//! The lock graph: a lock may be taken while holding only locks to its left on a
+//! path (an arrow means "is held while taking"); locks not on a path are leaves, held
+//! alone:
+//!
+//! ```text
+//! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool
+//!                                              │                     ↑          ↑
+//!                                              │          F flush ───┴──────────┘
+//!                                              ├─→ G pools by key
+//!                                              └─→ cpu::REAL (usable CPUs)
+//! L pool ─→ B manager
+//! U rescuers ─→ Q maydays
+//! leaves: G live workqueues, G topology ids, J joins, R stats workers, K timer,
+//!         H handoff, C waiters, O join slot, E hooks, `DelayedWork` target,
+//!         the control server's registries (released before calling the runtime)
+//! ```
+//!
+//! Rules that keep it acyclic: a pool's last handle (whose drop takes its lock and
+//! joins workers) is dropped only with no lock held (`Released`, teardown); the manager
+//! thread never takes a pool lock while holding its own; hooks and timers run with
+//! no podq lock held.
 
 mod attrs;
 pub mod control;
@@ -94,7 +146,7 @@ pub struct PanicReport<'a> {
 /// A panic hook, shared by the workqueues it was given to.
 pub(crate) type PanicHook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
 
-/// The process-wide panic hook (its own lock; taken alone).
+/// E: the process-wide panic hook.
 static PANIC_HOOK: RwLock<Option<PanicHook>> = RwLock::new(None);
 
 /// Sets the process-wide hook called (on the worker, after the item unwound) for every

@@ -4,10 +4,11 @@
 //! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
 //! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
 //! (read-mostly); S guarded by `WqShared::pwqs`; P guarded by `Pwq::state`; N guarded
-//! by `NodeActive::pending`.
+//! by `NodeActive::pending`; G guarded by the registry's own mutex; W thread-private.
 //!
-//! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
-//! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
+//! Lock order (the crate docs give the whole graph): `config` → `table` → `pwqs` →
+//! `Pwq::state` → `NodeActive::pending` → pool lock; `config` → the pools registry.
+//! `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
 mod control;
 pub(crate) mod flush;
@@ -115,7 +116,9 @@ struct Released {
 
 /// A per-node active-item counter (`wq_node_nr_active`).
 pub(crate) struct NodeActive {
-    /// A: the node's share of `max_active` (`SeqCst`, read in `try_inc`).
+    /// A: the node's share of `max_active` (`SeqCst`, stored under `config`, read in
+    /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
+    /// that follows the store).
     max: AtomicUsize,
     /// A: active items (`SeqCst` CAS; pairs with the `pending` lock, see README).
     nr: AtomicUsize,
@@ -176,9 +179,13 @@ pub(crate) struct WqShared {
     nodes: Vec<NodeActive>,
     /// A/F: flush generations.
     flush: FlushDomain,
-    /// A: drain calls in progress (`SeqCst`; checked by queue calls).
+    /// A: drain calls in progress (`SeqCst`: pairs with the load in `check_accepting`;
+    /// with the pwq lock both take, either a queue call sees the drain or the drain
+    /// sees the call's item in flight).
     draining: AtomicUsize,
-    /// A: set once torn down (`SeqCst`; checked by queue calls and timers).
+    /// A: set once torn down (`SeqCst`: pairs with the loads in `check_accepting` and
+    /// `enqueue_any`, so no queue call or timer counts an item after teardown saw the
+    /// pwqs empty).
     destroyed: AtomicBool,
     /// A: item counters of this workqueue.
     pub(crate) counters: ItemCounters,
@@ -216,22 +223,24 @@ struct PwqState {
     dead: bool,
 }
 
+/// A: the next workqueue id (`Relaxed`: an id only has to be unique).
 static NEXT_WQ_ID: AtomicUsize = AtomicUsize::new(1);
+/// A: the next pool id (`Relaxed`, as `NEXT_WQ_ID`).
 static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(0);
 
-/// Live workqueues, for `stats::all()` and default-scope changes.
+/// G: live workqueues, for `stats::all()` and default-scope changes.
 fn registry() -> &'static Mutex<Vec<Weak<WqShared>>> {
     static WQS: OnceLock<Mutex<Vec<Weak<WqShared>>>> = OnceLock::new();
     WQS.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// Live pools by key, for sharing.
+/// G: live pools by key, for sharing (taken under `config`, in `pool_for`).
 fn pools() -> &'static Mutex<HashMap<PoolKey, Weak<Pool>>> {
     static POOLS: OnceLock<Mutex<HashMap<PoolKey, Weak<Pool>>>> = OnceLock::new();
     POOLS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
-/// Topologies seen so far, by their description, for pool keys.
+/// Topologies seen so far (G), by their description, for pool keys.
 fn topology_id(topology: &Topology) -> u64 {
     static IDS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
     let text = format!("{topology:?}");
