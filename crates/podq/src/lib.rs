@@ -47,7 +47,7 @@
 //! | I | set at init, read-only after | everywhere |
 //! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
 //! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
-//! | W | thread-private (a thread-local) | `pool`, `workqueue`, `cpu` |
+//! | W | thread-private (a thread-local) | `context`, `pool`, `workqueue`, `cpu` |
 //! | M | `WqShared::config` | `workqueue` |
 //! | T | `WqShared::table` | `workqueue` |
 //! | S | `WqShared::pwqs` | `workqueue` |
@@ -56,15 +56,17 @@
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
 //! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids) | `workqueue` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
+//! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
 //! | J | `PoolCore::joins` | `pool` |
 //! | R | `PoolCounters::workers` | `stats` |
 //! | B | the manager's `MANAGER.state` | `pool::rescue` |
 //! | U | the rescuer table `RESCUERS` | `pool::rescue` |
 //! | Q | `Rescuer::maydays` | `pool::rescue` |
-//! | K | the timer's `Timer::state` | `delayed` |
+//! | X | the timer's `Timer::state` | `delayed` |
 //! | H | a work item's handoff slot | `work::state` |
 //! | C | a work item's waiters (with its condvar) | `work::state` |
-//! | O | a join handle's result slot `Shared::slot` | `join` |
+//! | D | a spawned item's closure `Spawned::f` | `join` |
+//! | O | a spawned item's result slot `Spawned::slot` | `join` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
 //!
 //! The lock graph: a lock may be taken while holding only locks to its left on a
@@ -72,15 +74,15 @@
 //! alone:
 //!
 //! ```text
-//! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool
+//! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool ─→ K worklist
 //!                                              │                     ↑          ↑
 //!                                              │          F flush ───┴──────────┘
 //!                                              ├─→ G pools by key
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
-//! leaves: G live workqueues, G topology ids, J joins, R stats workers, K timer,
-//!         H handoff, C waiters, O join slot, E hooks, `DelayedWork` target,
+//! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
+//!         H handoff, C waiters, D and O of a spawned item, E hooks, `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
 //! ```
 //!
@@ -90,6 +92,8 @@
 //! no podq lock held.
 
 mod attrs;
+mod context;
+#[cfg(feature = "control")]
 pub mod control;
 mod cpu;
 mod delayed;

@@ -16,6 +16,7 @@
 
 mod apply;
 mod builder;
+#[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
 pub(crate) mod refresh;

@@ -13,7 +13,7 @@ use anyhow::Result;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 
-use super::report::{new_histogram, CompletionDetail, LatencySummary, RunResult};
+use super::report::{new_histogram, CompletionDetail, LatencySummary, Round, RunResult};
 use super::system::placement::CpuMap;
 use super::system::{PoolLockCounts, QueueConfig, System};
 
@@ -84,6 +84,20 @@ pub struct Sample {
 }
 
 impl Sample {
+    /// This sample's figures as one round of a run that took `wall_seconds`.
+    fn round(&self, wall_seconds: f64) -> Round {
+        Round {
+            items: self.items,
+            seconds: self.seconds,
+            wall_seconds,
+            items_per_sec: rate(self.items, self.seconds),
+            samples: self.latency.len(),
+            p50_ns: self.latency.value_at_quantile(0.5),
+            p99_ns: self.latency.value_at_quantile(0.99),
+            mb_per_sec: self.completion.as_ref().map(|c| c.mb_per_sec),
+        }
+    }
+
     fn merge(&mut self, other: Sample) {
         let total = self.seconds + other.seconds;
         self.items += other.items;
@@ -115,6 +129,8 @@ pub fn run_cases(
     progress: &ProgressBar,
 ) -> Result<Vec<RunResult>> {
     let mut totals: Vec<Option<Vec<Sample>>> = (0..cases.len()).map(|_| None).collect();
+    // Per case, per segment: each round's figures.
+    let mut rounds_of: Vec<Vec<Vec<Round>>> = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         for k in 0..cases.len() {
             let index = (k + round) % cases.len();
@@ -125,8 +141,15 @@ pub fn run_cases(
                 case.system.name(),
                 case.config.label()
             ));
+            let started = std::time::Instant::now();
             let samples = run_case(case, map, length)?;
+            let wall = started.elapsed().as_secs_f64();
             progress.inc(1);
+            let rounds = &mut rounds_of[index];
+            rounds.resize_with(samples.len(), Vec::new);
+            for (segment, s) in samples.iter().enumerate() {
+                rounds[segment].push(s.round(wall));
+            }
             match &mut totals[index] {
                 slot @ None => *slot = Some(samples),
                 Some(acc) => {
@@ -138,10 +161,11 @@ pub fn run_cases(
         }
     }
     let mut results = Vec::new();
-    for (case, samples) in cases.iter().zip(totals) {
+    for ((case, samples), mut rounds) in cases.iter().zip(totals).zip(rounds_of) {
         let samples = samples.unwrap_or_default();
         let segmented = samples.len() > 1;
-        for (segment, s) in samples.into_iter().enumerate() {
+        rounds.resize_with(samples.len(), Vec::new);
+        for ((segment, s), rounds) in samples.into_iter().enumerate().zip(rounds) {
             results.push(RunResult {
                 test: case.test.name(),
                 system: case.system.name().to_owned(),
@@ -151,21 +175,26 @@ pub fn run_cases(
                 producers: producers_of(&case.test, map),
                 items: s.items,
                 seconds: s.seconds,
-                items_per_sec: if s.seconds > 0.0 {
-                    s.items as f64 / s.seconds
-                } else {
-                    0.0
-                },
+                items_per_sec: rate(s.items, s.seconds),
                 latency_ns: LatencySummary::of(&s.latency),
                 submit_ns: s.submit.as_ref().map(LatencySummary::of),
                 completion: s.completion,
                 throughput: s.throughput,
                 pool_locks: s.pool_locks,
+                rounds,
                 histogram: s.latency,
             });
         }
     }
     Ok(results)
+}
+
+fn rate(items: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        items as f64 / seconds
+    } else {
+        0.0
+    }
 }
 
 fn producers_of(test: &Test, map: &CpuMap) -> usize {
