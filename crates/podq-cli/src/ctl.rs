@@ -65,7 +65,6 @@ enum Action {
 
 /// Runs `podq ctl`.
 pub fn run(args: CtlArgs) -> Result<()> {
-    let mut client = args.target.connect()?;
     let (request, what) = match &args.action {
         Action::List { .. } => (Request::List, "list".to_owned()),
         Action::Get { wq, attr } => (
@@ -98,7 +97,8 @@ pub fn run(args: CtlArgs) -> Result<()> {
             "read the stats".to_owned(),
         ),
     };
-    let reply = client
+    let reply = args
+        .target
         .call(&request)
         .with_context(|| format!("cannot {what}"))?;
     let mut out = std::io::stdout().lock();
