@@ -97,9 +97,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             "read the stats".to_owned(),
         ),
     };
+    let client = args.target.connect()?;
     let reply = args
         .target
-        .call(&request)
+        .call_on(client, &request)
         .with_context(|| format!("cannot {what}"))?;
     let mut out = std::io::stdout().lock();
     match args.action {

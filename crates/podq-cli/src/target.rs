@@ -43,14 +43,10 @@ impl TargetArgs {
 }
 
 impl TargetArgs {
-    /// Connects and sends one request. A server that closes the connection before acting
+    /// Sends one request on `client`. A server that closes the connection before acting
     /// on it (a `closing` notice: the connection was evicted to let another in) gets it
     /// once more on a new connection; that is safe for any request, writes included.
-    pub fn call(&self, request: &Request) -> Result<Reply> {
-        self.call_on(self.connect()?, request)
-    }
-
-    fn call_on(&self, mut client: Client, request: &Request) -> Result<Reply> {
+    pub fn call_on(&self, mut client: Client, request: &Request) -> Result<Reply> {
         match client.call(request) {
             Err(ControlError::Remote { closing: true, .. }) => Ok(self.connect()?.call(request)?),
             other => Ok(other?),
