@@ -40,9 +40,7 @@ impl TargetArgs {
         };
         Ok(client)
     }
-}
 
-impl TargetArgs {
     /// Sends one request on `client`. A server that closes the connection before acting
     /// on it (a `closing` notice: the connection was evicted to let another in) gets it
     /// once more on a new connection; that is safe for any request, writes included.
