@@ -38,6 +38,7 @@
 //!   kernel leaves them to the caller.
 
 mod attrs;
+mod context;
 #[cfg(feature = "control")]
 pub mod control;
 mod cpu;

@@ -32,14 +32,7 @@ use workloads::queue::QueueParams;
 use workloads::throughput::{self, ThroughputParams};
 use workloads::{Case, RunLength, Test};
 
-/// A mistake in the command line (exit code 2), as opposed to a failure while running.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
-    UsageError(message.into()).into()
-}
+pub(crate) use crate::usage::usage;
 
 /// What to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

@@ -85,13 +85,14 @@ struct Series {
     dashed: bool,
 }
 
-/// The series of a report in the order of their first result.
-fn series_of(report: &Report) -> Vec<Series> {
+/// The series of `results` in the order of their first result.
+fn series_of(results: &[&RunResult]) -> Vec<Series> {
     let mut names: Vec<(String, bool)> = Vec::new();
-    for r in &report.results {
+    for r in results {
         let name = series_name(r);
         if !names.iter().any(|(n, _)| *n == name) {
-            names.push((name, r.system != "podq"));
+            // podq (and its simulation) solid, peers dashed.
+            names.push((name, !r.system.starts_with("podq")));
         }
     }
     names
@@ -122,56 +123,85 @@ fn find<'a>(series: &'a [Series], r: &RunResult) -> &'a Series {
         .expect("every result has a series")
 }
 
-/// Draws the report as an SVG document.
+/// Draws a `podq bench` report as an SVG document.
 pub fn render(report: &Report) -> Result<String> {
     render_titled(report, &format!("podq bench {}", report.workload))
 }
 
 /// As [`render`], under another title (`podq sim` draws its reports this way).
 pub fn render_titled(report: &Report, title: &str) -> Result<String> {
-    let series = series_of(report);
+    let t = &report.topology;
+    let rounds = report.results.first().map_or(0, |r| r.rounds.len().max(1));
+    let mut lines = vec![format!(
+        "topology {} ({}), {rounds} round(s) per configuration",
+        t.spec, t.description
+    )];
+    if t.fake {
+        lines.push(format!(
+            "fake topology: {} virtual CPUs time-share {} real one(s); timings show the cost of more pools and workers, not distance",
+            t.cpus,
+            t.real_cpus.len()
+        ));
+    }
+    let results: Vec<&RunResult> = report.results.iter().collect();
+    draw(title, &lines, &results, &t.real_cpus)
+}
+
+/// Draws `results` under `title` and the `lines` below it. `real_cpus` names the idle
+/// lanes of a time series taken on a fake topology.
+fn draw(
+    title: &str,
+    lines: &[String],
+    results: &[&RunResult],
+    real_cpus: &[usize],
+) -> Result<String> {
+    let series = series_of(results);
     let mut panels: Vec<Panel> = Vec::new();
-    let toggled = report.results.iter().any(|r| r.segment.is_some());
+    let toggled = results.iter().any(|r| r.segment.is_some());
     // One bar panel per test: their rates differ by orders of magnitude.
     let mut tests: Vec<&str> = Vec::new();
-    for r in &report.results {
+    for r in results {
         if r.test != "latency" && !tests.contains(&r.test) {
             tests.push(r.test);
         }
     }
     for test in tests {
         panels.push(Panel::Bars(
-            report.results.iter().filter(|r| r.test == test).collect(),
+            results.iter().copied().filter(|r| r.test == test).collect(),
         ));
     }
-    let queue: Vec<&RunResult> = report
-        .results
+    let queue: Vec<&RunResult> = results
         .iter()
+        .copied()
         .filter(|r| r.test == "queue")
         .collect();
     if !queue.is_empty() {
         panels.push(Panel::QueueCalls(queue));
     }
-    if toggled {
-        panels.push(Panel::Timeline(
-            report
-                .results
-                .iter()
-                .filter(|r| r.segment.is_some())
-                .collect(),
-        ));
+    let timeline: Vec<&RunResult> = results
+        .iter()
+        .copied()
+        .filter(|r| {
+            r.segment.is_some()
+                && r.completion
+                    .as_ref()
+                    .is_some_and(|c| !c.timeline.is_empty())
+        })
+        .collect();
+    if toggled && !timeline.is_empty() {
+        panels.push(Panel::Timeline(timeline));
     }
     for test in ["latency", "completion"] {
-        let curves: Vec<&RunResult> = report
-            .results
+        let curves: Vec<&RunResult> = results
             .iter()
+            .copied()
             .filter(|r| r.test == test && r.latency_ns.count >= min_samples(50.0))
             .collect();
         if !curves.is_empty() {
             panels.push(Panel::Percentiles(test, curves));
         }
     }
-    let title_h = if report.topology.fake { 80 } else { 60 };
+    let title_h = 40 + 18 * lines.len() as u32;
     let heights: Vec<u32> = panels.iter().map(Panel::height).collect();
     let height = title_h + heights.iter().sum::<u32>().max(60);
     let mut svg = String::new();
@@ -179,7 +209,7 @@ pub fn render_titled(report: &Report, title: &str) -> Result<String> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_error)?;
         let (title_area, mut rest) = root.split_vertically(title_h);
-        draw_title(&title_area, report, title)?;
+        draw_title(&title_area, title, lines)?;
         if panels.is_empty() {
             rest.draw(&Text::new(
                 "no results to plot",
@@ -190,7 +220,7 @@ pub fn render_titled(report: &Report, title: &str) -> Result<String> {
         }
         for (panel, h) in panels.iter().zip(heights) {
             let (area, below) = rest.split_vertically(h);
-            panel.draw(&area, &series, report)?;
+            panel.draw(&area, &series, real_cpus)?;
             rest = below;
         }
         root.present().map_err(plot_error)?;
@@ -204,29 +234,20 @@ fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Err
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
-fn draw_title(area: &Area<'_>, report: &Report, title: &str) -> Result<()> {
-    let t = &report.topology;
-    let rounds = report.results.first().map_or(0, |r| r.rounds.len().max(1));
+fn draw_title(area: &Area<'_>, title: &str, lines: &[String]) -> Result<()> {
     area.draw(&Text::new(
         title.to_owned(),
         (20, 8),
         (FONT, 22).into_font(),
     ))
     .map_err(plot_error)?;
-    let line = format!(
-        "topology {} ({}), {rounds} round(s) per configuration",
-        t.spec, t.description
-    );
-    area.draw(&Text::new(line, (20, 38), (FONT, 13).into_font()))
+    for (i, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (20, 38 + 18 * i as i32),
+            (FONT, 13).into_font(),
+        ))
         .map_err(plot_error)?;
-    if t.fake {
-        let caveat = format!(
-            "fake topology: {} virtual CPUs time-share {} real one(s); timings show the cost of more pools and workers, not distance",
-            t.cpus,
-            t.real_cpus.len()
-        );
-        area.draw(&Text::new(caveat, (20, 56), (FONT, 13).into_font()))
-            .map_err(plot_error)?;
     }
     Ok(())
 }
@@ -248,12 +269,12 @@ impl Panel<'_> {
         }
     }
 
-    fn draw(&self, area: &Area<'_>, series: &[Series], report: &Report) -> Result<()> {
+    fn draw(&self, area: &Area<'_>, series: &[Series], real_cpus: &[usize]) -> Result<()> {
         match self {
             Panel::Bars(rows) => bars(area, rows, series),
             Panel::QueueCalls(rows) => queue_calls(area, rows),
             Panel::Percentiles(test, curves) => percentiles(area, test, curves, series),
-            Panel::Timeline(segments) => timeline(area, segments, report),
+            Panel::Timeline(segments) => timeline(area, segments, real_cpus),
         }
     }
 }
@@ -606,7 +627,7 @@ fn legend(area: &Area<'_>, entries: &[(&Series, String)]) -> Result<()> {
     Ok(())
 }
 
-fn timeline(area: &Area<'_>, segments: &[&RunResult], report: &Report) -> Result<()> {
+fn timeline(area: &Area<'_>, segments: &[&RunResult], real_cpus: &[usize]) -> Result<()> {
     let details: Vec<&report::CompletionDetail> = segments
         .iter()
         .filter_map(|r| r.completion.as_ref())
@@ -698,10 +719,7 @@ fn timeline(area: &Area<'_>, segments: &[&RunResult], report: &Report) -> Result
     let lane_series: Vec<Series> = (0..lanes)
         .map(|i| Series {
             name: if per_cpu {
-                format!(
-                    "real CPU {}",
-                    report.topology.real_cpus.get(i).copied().unwrap_or(i)
-                )
+                format!("real CPU {}", real_cpus.get(i).copied().unwrap_or(i))
             } else {
                 format!("node {i}")
             },

@@ -131,7 +131,7 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Run each parameter at x0.5 and x2 for every configuration and report how
-    /// items/s moves (the sensitivity sweep).
+    /// items/s moves (the sensitivity sweep), next to the change two other seeds give.
     #[arg(long)]
     pub sensitivity: bool,
     /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
@@ -483,7 +483,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let cases = cases(args, &setup.topology)?;
     if args.sensitivity {
-        let progress = progress_bar(args, (cases.len() * (1 + 2 * cost::PARAMS.len())) as u64);
+        let progress = progress_bar(args, (cases.len() * (3 + 2 * cost::PARAMS.len())) as u64);
         let text = sweep::run(&cases, &setup, &progress)?;
         progress.finish_and_clear();
         print!("{text}");
