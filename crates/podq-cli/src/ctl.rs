@@ -65,7 +65,6 @@ enum Action {
 
 /// Runs `podq ctl`.
 pub fn run(args: CtlArgs) -> Result<()> {
-    let mut client = args.target.connect()?;
     let (request, what) = match &args.action {
         Action::List { .. } => (Request::List, "list".to_owned()),
         Action::Get { wq, attr } => (
@@ -98,8 +97,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             "read the stats".to_owned(),
         ),
     };
-    let reply = client
-        .call(&request)
+    let client = args.target.connect()?;
+    let reply = args
+        .target
+        .call_on(client, &request)
         .with_context(|| format!("cannot {what}"))?;
     let mut out = std::io::stdout().lock();
     match args.action {
