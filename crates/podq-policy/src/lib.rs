@@ -15,6 +15,7 @@
 
 mod active;
 mod attrs;
+mod batch;
 mod locality;
 mod plan;
 mod pool;
@@ -24,6 +25,7 @@ mod worker;
 
 pub use active::*;
 pub use attrs::*;
+pub use batch::*;
 pub use locality::*;
 pub use plan::*;
 pub use pool::*;

@@ -206,24 +206,39 @@ pub(crate) struct LockCounters {
     wait_ns: Counter,
 }
 
-impl LockCounters {
+/// Counts acquisitions in the lock's own counters (queuers).
+impl crate::pool::Acquire for LockCounters {
     /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
     #[inline]
-    pub(crate) fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
         let guard = self.lock_uncounted(mutex);
         self.acquisitions.add_locked(1);
         guard
     }
+}
 
-    /// [`LockCounters::lock`], counting the acquisition in a worker's own counter.
+/// [`LockCounters`] with the acquisition counted in a worker's own counter.
+pub(crate) struct OwnedAcquire<'a> {
+    lock: &'a LockCounters,
+    acquisitions: &'a OwnedCounter,
+}
+
+impl crate::pool::Acquire for OwnedAcquire<'_> {
     #[inline]
-    pub(crate) fn lock_owned<'a, T>(
-        &self,
-        mutex: &'a Mutex<T>,
-        acquisitions: &OwnedCounter,
-    ) -> MutexGuard<'a, T> {
-        acquisitions.inc();
-        self.lock_uncounted(mutex)
+    fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
+        self.acquisitions.inc();
+        self.lock.lock_uncounted(mutex)
+    }
+}
+
+impl LockCounters {
+    /// Takes the lock counting the acquisition in a worker's own counter.
+    #[inline]
+    pub(crate) fn owned<'a>(&'a self, acquisitions: &'a OwnedCounter) -> OwnedAcquire<'a> {
+        OwnedAcquire {
+            lock: self,
+            acquisitions,
+        }
     }
 
     #[inline]
@@ -741,10 +756,14 @@ mod tests {
             all.record(v * 1000);
         }
         let mutex = Mutex::new(());
-        drop(
-            pool.dequeue_lock
-                .lock_owned(&mutex, a.dequeue_acquisition()),
-        );
+        {
+            use crate::pool::Acquire;
+            drop(
+                pool.dequeue_lock
+                    .owned(a.dequeue_acquisition())
+                    .acquire(&mutex),
+            );
+        }
         let before = PoolStats::from_counters(&pool);
         assert_eq!((before.started, before.completed), (300, 300));
         assert_eq!(before.locality.same_llc, 300);

@@ -34,10 +34,11 @@
 //!   the worklist under the pool lock by exactly one of them.
 //! - The pool is dropped while blocked: the list holds it weakly and forgets it.
 //!
-//! Legend: B guarded by `MANAGER.state`; R guarded by `RESCUERS`; Q guarded by
+//! Legend: B guarded by `MANAGER.state`; U guarded by `RESCUERS`; Q guarded by
 //! `Rescuer::maydays`; A atomic (ordering named at each use); I set at init.
 //!
-//! Lock order: pool lock → `MANAGER.state`; pool lock → `RESCUERS` → `Rescuer::maydays`.
+//! Lock order: pool lock → `MANAGER.state`; `RESCUERS` → `Rescuer::maydays` (taken with
+//! no pool lock held).
 //! The manager thread never takes a pool lock while holding its own.
 
 use std::collections::{HashMap, VecDeque};
@@ -53,7 +54,9 @@ use crate::sync::lock_std as lock;
 use crate::sync::lock as lock_pool;
 use crate::Error;
 
+use super::worklist::Worklist;
 use super::{run_entry, PoolCore, PoolState};
+use crate::work::Entry;
 
 /// A pool whose worker creation failed.
 struct Blocked {
@@ -70,8 +73,9 @@ struct Manager {
     state: Mutex<(Vec<Blocked>, bool)>,
     /// B: signalled when a pool is blocked.
     wake: Condvar,
-    /// A: number of blocked pools (`SeqCst`, written under `state`); lets the queue
-    /// path skip the lock when nothing is blocked.
+    /// A: number of blocked pools (`SeqCst`, written under `state`; pairs with the load
+    /// in `cooling`, which lets the queue path skip the lock when nothing is blocked: a
+    /// stale 0 costs at most one creation attempt during a cooldown).
     count: AtomicUsize,
 }
 
@@ -188,7 +192,7 @@ struct Rescuer {
 /// A running rescuer and its join handle.
 type Registered = (Arc<Rescuer>, Option<thread::JoinHandle<()>>);
 
-/// R: rescuers by workqueue id.
+/// U: rescuers by workqueue id.
 fn rescuers() -> &'static Mutex<HashMap<u64, Registered>> {
     static RESCUERS: OnceLock<Mutex<HashMap<u64, Registered>>> = OnceLock::new();
     RESCUERS.get_or_init(|| Mutex::new(HashMap::new()))
@@ -265,8 +269,9 @@ impl PoolCore {
             let mut st = lock_pool(&self.state);
             st.slots[index] = None;
             st.nr_workers -= 1;
-            st.nr_running -= 1;
-            let (hooks, process_wide) = waiting_hooks(&st);
+            self.counts.workers.store(st.nr_workers, SeqCst);
+            self.counts.running.fetch_sub(1, SeqCst);
+            let (hooks, process_wide) = waiting_hooks(&self.worklist);
             (!st.shutdown && needs_worker(self, &st), hooks, process_wide)
         };
         let error = Error::Os {
@@ -296,7 +301,9 @@ impl PoolCore {
             if !needs_worker(self, &st) {
                 return;
             }
-            st.worklist.iter().map(|e| e.meta.pwq.wq.id).collect()
+            let mut ids: Vec<u64> = Vec::new();
+            self.worklist.for_each(|e| ids.push(e.meta.pwq.wq.id));
+            ids
         };
         let rescuers = lock(rescuers());
         let wqs = policy::mayday_targets(worklist, |id| rescuers.contains_key(&id));
@@ -322,12 +329,16 @@ impl PoolCore {
         let mut ran = 0;
         loop {
             let entry = {
-                let mut st = lock_pool(&self.state);
-                let at = st.worklist.iter().position(|e| e.meta.pwq.wq.id == wq);
-                match policy::rescue_step(ran, needs_worker(self, &st), at.is_some()) {
+                let st = lock_pool(&self.state);
+                let mut waiting = false;
+                self.worklist
+                    .for_each(|e| waiting |= e.meta.pwq.wq.id == wq);
+                match policy::rescue_step(ran, needs_worker(self, &st), waiting) {
                     RescueStep::Stop => return false,
                     RescueStep::Requeue => return true,
-                    RescueStep::Take => at.and_then(|at| st.worklist.remove(at)),
+                    // The pool lock is held, and workers take from the worklist without
+                    // it: the item may be gone, then the rescue stops.
+                    RescueStep::Take => self.worklist.take_where(|e| e.meta.pwq.wq.id == wq),
                 }
             };
             let Some(entry) = entry else {
@@ -342,21 +353,21 @@ impl PoolCore {
 
 /// The error hooks of the workqueues with items on the worklist, each once, and whether
 /// the process-wide hook is due too (some have none of their own, or none waits).
-fn waiting_hooks(st: &PoolState) -> (Vec<crate::fault::ErrorHook>, bool) {
+fn waiting_hooks(worklist: &Worklist<Entry>) -> (Vec<crate::fault::ErrorHook>, bool) {
     let mut seen: Vec<u64> = Vec::new();
     let mut hooks = Vec::new();
-    let mut process_wide = st.worklist.is_empty();
-    for entry in &st.worklist {
+    let mut process_wide = worklist.len() == 0;
+    worklist.for_each(|entry| {
         let wq = &entry.meta.pwq.wq;
         if seen.contains(&wq.id) {
-            continue;
+            return;
         }
         seen.push(wq.id);
         match &wq.error_hook {
             Some(hook) => hooks.push(Arc::clone(hook)),
             None => process_wide = true,
         }
-    }
+    });
     (hooks, process_wide)
 }
 
