@@ -108,8 +108,9 @@ pub mod testing;
 mod work;
 mod workqueue;
 
-/// The README's library quick-start, run as doc tests so that it stays true.
-#[cfg(doctest)]
+/// The README's library quick-start, run as doc tests so that it stays true (it
+/// starts the control server, so only with the `control` feature).
+#[cfg(all(doctest, feature = "control"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
