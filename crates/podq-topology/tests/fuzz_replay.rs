@@ -53,8 +53,10 @@ fn seeds_read_as_machines() {
         .into_iter()
         .find(|(p, _)| p.ends_with("seed-4cpu"))
         .expect("seed-4cpu in the sysfs_tree corpus");
-    let topo = podq_topology::Topology::from_sysfs_files(fuzz_checks::decode_tree(&tree.1))
-        .expect("seed-4cpu reads");
+    let topo = podq_topology::Topology::from_sysfs_files(fuzz_checks::files_of(
+        &fuzz_checks::decode_tree(&tree.1),
+    ))
+    .expect("seed-4cpu reads");
     assert_eq!(topo.usable().to_list(), "0-3");
     let smt = topo.pods(podq_topology::Scope::Smt).unwrap();
     assert_eq!(smt.as_lists(), vec![vec![0, 2], vec![1, 3]]);
