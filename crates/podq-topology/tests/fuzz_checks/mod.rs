@@ -296,6 +296,14 @@ fn agree(
     }
 }
 
+/// A decoded tree as a directory on disk (links and FIFOs included), read as
+/// [`Topology::from_sysfs`] reads a root.
+pub fn read_on_disk(data: &[u8]) -> Result<Topology, podq_topology::Error> {
+    let dir = scratch_dir();
+    make_on_disk(dir.path(), &decode_tree(data));
+    Topology::from_sysfs(dir.path())
+}
+
 /// A decoded tree read three ways (its files in memory; on disk, where links and FIFOs
 /// exist; as an archive): reading never panics, an accepted tree gives pods that
 /// partition its usable CPUs in every scope, and where the ways can express the same
