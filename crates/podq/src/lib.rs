@@ -36,8 +36,64 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//!
+//! # Shared state: legends and the lock graph
+//!
+//! Each field of shared state begins its doc with a rule letter from its module's
+//! legend. A letter means one thing in the whole crate:
+//!
+//! | letter | rule | where |
+//! |---|---|---|
+//! | I | set at init, read-only after | everywhere |
+//! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
+//! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
+//! | W | thread-private (a thread-local) | `context`, `pool`, `workqueue`, `cpu` |
+//! | M | `WqShared::config` | `workqueue` |
+//! | T | `WqShared::table` | `workqueue` |
+//! | S | `WqShared::pwqs` | `workqueue` |
+//! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
+//! | N | `NodeActive::pending` | `workqueue` |
+//! | F | `FlushDomain::lock` | `workqueue::flush` |
+//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids) | `workqueue` |
+//! | L | `PoolCore::state` (the pool lock) | `pool` |
+//! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
+//! | J | `PoolCore::joins` | `pool` |
+//! | R | `PoolCounters::workers` | `stats` |
+//! | B | the manager's `MANAGER.state` | `pool::rescue` |
+//! | U | the rescuer table `RESCUERS` | `pool::rescue` |
+//! | Q | `Rescuer::maydays` | `pool::rescue` |
+//! | X | the timer's `Timer::state` | `delayed` |
+//! | H | a work item's handoff slot | `work::state` |
+//! | C | a work item's waiters (with its condvar) | `work::state` |
+//! | D | a spawned item's closure `Spawned::f` | `join` |
+//! | O | a spawned item's result slot `Spawned::slot` | `join` |
+//! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
+//!
+//! The lock graph: a lock may be taken while holding only locks to its left on a
+//! path (an arrow means "is held while taking"); locks not on a path are leaves, held
+//! alone:
+//!
+//! ```text
+//! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool ─→ K worklist
+//!                                              │                     ↑          ↑
+//!                                              │          F flush ───┴──────────┘
+//!                                              ├─→ G pools by key
+//!                                              └─→ cpu::REAL (usable CPUs)
+//! L pool ─→ B manager
+//! U rescuers ─→ Q maydays
+//! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
+//!         H handoff, C waiters, D and O of a spawned item, E hooks, `DelayedWork` target,
+//!         the control server's registries (released before calling the runtime)
+//! ```
+//!
+//! Rules that keep it acyclic: a pool's last handle (whose drop takes its lock and
+//! joins workers) is dropped only with no lock held (`Released`, teardown); the manager
+//! thread never takes a pool lock while holding its own; hooks and timers run with
+//! no podq lock held.
 
 mod attrs;
+mod context;
+#[cfg(feature = "control")]
 pub mod control;
 mod cpu;
 mod delayed;
@@ -45,12 +101,18 @@ mod error;
 pub mod fault;
 mod join;
 mod pool;
-pub mod procfs;
 pub mod stats;
 mod sync;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod work;
 mod workqueue;
+
+/// The README's library quick-start, run as doc tests so that it stays true (it
+/// starts the control server, so only with the `control` feature).
+#[cfg(all(doctest, feature = "control"))]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
 
 /// Every decision of the runtime as a pure function (the `podq-policy` crate), shared
 /// with the simulator.
@@ -59,7 +121,7 @@ pub use podq_policy as policy;
 /// The topology layer (everything of `podq_topology`), plus [`topology::refresh`], which
 /// re-reads the usable CPUs and re-pods live workqueues.
 pub mod topology {
-    pub use crate::workqueue::refresh::refresh;
+    pub use crate::workqueue::refresh::{refresh, NotRepodded, NotRepoddedReason, Refreshed};
     pub use podq_topology::*;
 }
 
@@ -68,7 +130,7 @@ use std::sync::{Arc, RwLock};
 pub use attrs::Attrs;
 pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
 pub use delayed::DelayedWork;
-pub use error::Error;
+pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
@@ -86,12 +148,15 @@ pub struct PanicReport<'a> {
     pub message: &'a str,
 }
 
-type Hook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
+/// A panic hook, shared by the workqueues it was given to.
+pub(crate) type PanicHook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
 
-static PANIC_HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+/// E: the process-wide panic hook.
+static PANIC_HOOK: RwLock<Option<PanicHook>> = RwLock::new(None);
 
 /// Sets the process-wide hook called (on the worker, after the item unwound) for every
-/// panicking work item; replaces the previous one. Panics are always caught and
+/// panicking work item of a workqueue without its own
+/// ([`WorkqueueBuilder::panic_hook`]); replaces the previous one. Panics are always caught and
 /// counted, with or without a hook; the worker and its pool carry on.
 pub fn set_panic_hook(hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) {
     *PANIC_HOOK
@@ -106,11 +171,15 @@ pub fn clear_panic_hook() {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
 }
 
-pub(crate) fn report_panic(workqueue: &str, message: &str) {
-    let hook = PANIC_HOOK
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+/// Calls `own` if given, else the process-wide hook.
+pub(crate) fn report_panic(own: Option<&PanicHook>, workqueue: &str, message: &str) {
+    let hook = match own {
+        Some(hook) => Some(Arc::clone(hook)),
+        None => PANIC_HOOK
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone(),
+    };
     if let Some(hook) = hook {
         // A panicking hook must not take the worker down with it.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -1,40 +1,55 @@
-//! Workqueues, their pool_workqueues (pwqs), `max_active` admission, flush, drain and
-//! live attribute changes. Protocols: `workqueue/README.md`.
+//! Workqueues, their pool_workqueues (pwqs), and the queue path: `max_active`
+//! admission, activation, flush and drain. Protocols: `workqueue/README.md`. Beside it:
+//! `builder.rs` (building one), `registry.rs` (the process-wide registries and the
+//! default scope), `apply.rs` (attribute changes), `refresh.rs` (re-reading the usable
+//! CPUs), `teardown.rs` (dropping the last handle), `flush.rs` (flush generations),
+//! `control.rs` (the control plane's view).
 //!
 //! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
 //! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
 //! (read-mostly); S guarded by `WqShared::pwqs`; P guarded by `Pwq::state`; N guarded
-//! by `NodeActive::pending`.
+//! by `NodeActive::pending`; G guarded by the registry's own mutex; W thread-private.
 //!
-//! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
-//! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
+//! Lock order (the crate docs give the whole graph): `config` → `table` → `pwqs` →
+//! `Pwq::state` → `NodeActive::pending` → pool lock; `config` → the pools registry.
+//! `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
+mod apply;
+mod builder;
+#[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
 pub(crate) mod refresh;
+mod registry;
+mod teardown;
+
+pub use builder::WorkqueueBuilder;
+pub(crate) use registry::live_workqueues;
+pub use registry::{default_scope, set_default_scope};
 
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{OnceLock, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use crossbeam_utils::sync::ShardedLock;
 use podq_topology::{CpuSet, Scope, Topology};
 
-use crate::attrs::PoolKey;
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
-use crate::policy::{self, Admission};
+use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+use crate::error::SpawnError;
+use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
-use crate::{Attrs, Error};
+use crate::{Attrs, Error, PanicHook};
 use flush::{FlushDomain, InFlight};
 
 thread_local! {
@@ -90,6 +105,9 @@ struct WqHandle {
 struct Config {
     attrs: Attrs,
     effective_scope: Scope,
+    /// Pwqs that left the table, with their pools, until they are gone: teardown waits
+    /// for them and joins their pools' workers.
+    retired: Vec<(Weak<Pwq>, Arc<PoolCore>)>,
 }
 
 /// The CPU → pwq table, swapped whole on an attribute change.
@@ -110,7 +128,9 @@ struct Released {
 
 /// A per-node active-item counter (`wq_node_nr_active`).
 pub(crate) struct NodeActive {
-    /// A: the node's share of `max_active` (`SeqCst`, read in `try_inc`).
+    /// A: the node's share of `max_active` (`SeqCst`, stored under `config`, read in
+    /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
+    /// that follows the store).
     max: AtomicUsize,
     /// A: active items (`SeqCst` CAS; pairs with the `pending` lock, see README).
     nr: AtomicUsize,
@@ -171,12 +191,20 @@ pub(crate) struct WqShared {
     nodes: Vec<NodeActive>,
     /// A/F: flush generations.
     flush: FlushDomain,
-    /// A: drain calls in progress (`SeqCst`; checked by queue calls).
+    /// A: drain calls in progress (`SeqCst`: pairs with the load in `check_accepting`;
+    /// with the pwq lock both take, either a queue call sees the drain or the drain
+    /// sees the call's item in flight).
     draining: AtomicUsize,
-    /// A: set once torn down (`SeqCst`; checked by queue calls and timers).
+    /// A: set once torn down (`SeqCst`: pairs with the loads in `check_accepting` and
+    /// `enqueue_any`, so no queue call or timer counts an item after teardown saw the
+    /// pwqs empty).
     destroyed: AtomicBool,
     /// A: item counters of this workqueue.
     pub(crate) counters: ItemCounters,
+    /// I: its own panic hook (`None`: the process-wide one).
+    panic_hook: Option<PanicHook>,
+    /// I: its own error hook (`None`: the process-wide one).
+    pub(crate) error_hook: Option<ErrorHook>,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -207,228 +235,6 @@ struct PwqState {
     dead: bool,
 }
 
-static NEXT_WQ_ID: AtomicUsize = AtomicUsize::new(1);
-static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(0);
-
-/// Live workqueues, for `stats::all()` and default-scope changes.
-fn registry() -> &'static Mutex<Vec<Weak<WqShared>>> {
-    static WQS: OnceLock<Mutex<Vec<Weak<WqShared>>>> = OnceLock::new();
-    WQS.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-/// Live pools by key, for sharing.
-fn pools() -> &'static Mutex<HashMap<PoolKey, Weak<Pool>>> {
-    static POOLS: OnceLock<Mutex<HashMap<PoolKey, Weak<Pool>>>> = OnceLock::new();
-    POOLS.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Topologies seen so far, by their description, for pool keys.
-fn topology_id(topology: &Topology) -> u64 {
-    static IDS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
-    let text = format!("{topology:?}");
-    let mut ids = lock(IDS.get_or_init(|| Mutex::new(HashMap::new())));
-    let next = ids.len() as u64;
-    *ids.entry(text).or_insert(next)
-}
-
-pub(crate) fn live_workqueues() -> Vec<Arc<WqShared>> {
-    lock(registry()).iter().filter_map(Weak::upgrade).collect()
-}
-
-/// The process default scope: set by `set_default_scope`, else from
-/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`.
-fn default_cell() -> &'static Mutex<Scope> {
-    static DEFAULT: OnceLock<Mutex<Scope>> = OnceLock::new();
-    DEFAULT.get_or_init(|| Mutex::new(env_default().unwrap_or(Scope::BUILTIN_DEFAULT)))
-}
-
-fn env_default() -> Result<Scope, Error> {
-    let value = std::env::var(podq_topology::DEFAULT_SCOPE_ENV).ok();
-    Ok(Scope::default_from_env_value(value.as_deref())?)
-}
-
-/// The process-wide default affinity scope that workqueues with `Scope::Default`
-/// follow: the last [`set_default_scope`], else `PODQ_DEFAULT_AFFINITY_SCOPE`, else
-/// `cache_shard`. (A bad environment value is reported by [`WorkqueueBuilder::build`]
-/// for workqueues on `Scope::Default`; here it reads as `cache_shard`.)
-pub fn default_scope() -> Scope {
-    *lock(default_cell())
-}
-
-/// Sets the process-wide default scope; every live workqueue on `Scope::Default`
-/// switches to it at once (queued items finish on their old pools). `Default` itself is
-/// refused.
-pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
-    if scope == Scope::Default {
-        return Err(Error::DefaultScope { scope });
-    }
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let _serial = lock(&SERIAL);
-    *lock(default_cell()) = scope;
-    for wq in live_workqueues() {
-        let mut cfg = lock(&wq.config);
-        if cfg.attrs.scope == Scope::Default {
-            let attrs = cfg.attrs.clone();
-            let released = wq.apply(&mut cfg, attrs)?;
-            drop(cfg);
-            drop(released);
-        }
-    }
-    Ok(())
-}
-
-/// Builds a [`Workqueue`]; every setting has the kernel's default.
-#[derive(Clone, Debug)]
-pub struct WorkqueueBuilder {
-    name: String,
-    scope: Scope,
-    strict: bool,
-    cpumask: Option<CpuSet>,
-    max_active: usize,
-    ordered: bool,
-    nice: i32,
-    topology: Option<Topology>,
-    idle_timeout: Duration,
-    rescuer: bool,
-}
-
-impl WorkqueueBuilder {
-    /// Affinity scope (default: `Scope::Default`, following the process default).
-    pub fn scope(mut self, scope: Scope) -> Self {
-        self.scope = scope;
-        self
-    }
-
-    /// Confine workers to their pod (default: false).
-    pub fn strict(mut self, strict: bool) -> Self {
-        self.strict = strict;
-        self
-    }
-
-    /// CPUs the workqueue may use (default: all usable CPUs of the topology).
-    pub fn cpumask(mut self, mask: CpuSet) -> Self {
-        self.cpumask = Some(mask);
-        self
-    }
-
-    /// System-wide limit of active items, `1..=2048` (default 1024, the kernel's
-    /// `WQ_DFL_ACTIVE`); ignored for ordered workqueues, which run one at a time.
-    pub fn max_active(mut self, n: usize) -> Self {
-        self.max_active = n;
-        self
-    }
-
-    /// One item at a time in queueing order (default: false).
-    pub fn ordered(mut self, ordered: bool) -> Self {
-        self.ordered = ordered;
-        self
-    }
-
-    /// Nice value of the workers, `-20..=19` (default 0; -20 is the kernel's
-    /// `WQ_HIGHPRI`). Negative values need privileges: when the OS refuses, workers run
-    /// at their inherited priority and the pool's `nice_failures` counts it.
-    pub fn nice(mut self, nice: i32) -> Self {
-        self.nice = nice;
-        self
-    }
-
-    /// The machine to place work on (default: the live machine). A topology with CPUs
-    /// that are not real (a synthetic or captured one) is mapped onto the real CPUs
-    /// round-robin.
-    pub fn topology(mut self, topology: Topology) -> Self {
-        self.topology = Some(topology);
-        self
-    }
-
-    /// How long a surplus idle worker waits before exiting (default 300 s, the kernel's
-    /// `IDLE_WORKER_TIMEOUT`). Part of the pool key: pools are shared only between
-    /// workqueues with equal timeouts.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// Give the workqueue a rescuer thread (default: false), as the kernel's
-    /// `WQ_MEM_RECLAIM`: when a pool cannot start a worker (thread limits), the rescuer
-    /// is called after 10 ms and runs this workqueue's items there, so they progress
-    /// while creation keeps failing. Costs one idle thread per workqueue.
-    pub fn rescuer(mut self, rescuer: bool) -> Self {
-        self.rescuer = rescuer;
-        self
-    }
-
-    /// Builds the workqueue, or says which setting is wrong.
-    pub fn build(self) -> Result<Workqueue, Error> {
-        if self.name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        if self.scope == Scope::Default {
-            env_default()?;
-        }
-        let live = self.topology.is_none();
-        let topology = match self.topology {
-            Some(t) => t,
-            None => cpu::live_topology(),
-        };
-        let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
-        let attrs = Attrs {
-            scope: self.scope,
-            strict: self.strict,
-            cpumask,
-            nice: self.nice,
-            max_active: if self.ordered { 1 } else { self.max_active },
-            ordered: self.ordered,
-        };
-        attrs.validate()?;
-        pool::start_manager()?;
-        let node_ids = topology.nodes();
-        let fallback = node_ids.len();
-        let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
-        for (i, &n) in node_ids.iter().enumerate() {
-            node_index[n] = i;
-        }
-        let shared = Arc::new(WqShared {
-            id: NEXT_WQ_ID.fetch_add(1, SeqCst) as u64,
-            name: self.name,
-            ordered: self.ordered,
-            topology_id: topology_id(&topology),
-            cpu_map: CpuMap::new(&topology),
-            live,
-            topology: Arc::new(topology),
-            idle_timeout: self.idle_timeout,
-            node_index,
-            config: Mutex::new(Config {
-                attrs: attrs.clone(),
-                effective_scope: Scope::BUILTIN_DEFAULT,
-            }),
-            table: ShardedLock::new(Arc::new(Table {
-                cpu_pwq: Vec::new(),
-                dfl: None,
-                unbound: CpuSet::new(),
-            })),
-            pwqs: Mutex::new(Vec::new()),
-            nodes: (0..=fallback).map(|_| NodeActive::new()).collect(),
-            flush: FlushDomain::default(),
-            draining: AtomicUsize::new(0),
-            destroyed: AtomicBool::new(false),
-            counters: ItemCounters::default(),
-        });
-        {
-            let mut cfg = lock(&shared.config);
-            shared.apply(&mut cfg, attrs)?;
-        }
-        if self.rescuer {
-            pool::start_rescuer(shared.id, &shared.name)?;
-        }
-        let mut wqs = lock(registry());
-        wqs.retain(|w| w.strong_count() > 0);
-        wqs.push(Arc::downgrade(&shared));
-        Ok(Workqueue {
-            handle: Arc::new(WqHandle { shared }),
-        })
-    }
-}
-
 impl fmt::Debug for Workqueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Workqueue")
@@ -439,22 +245,6 @@ impl fmt::Debug for Workqueue {
 }
 
 impl Workqueue {
-    /// A builder for a workqueue called `name`.
-    pub fn builder(name: impl Into<String>) -> WorkqueueBuilder {
-        WorkqueueBuilder {
-            name: name.into(),
-            scope: Scope::Default,
-            strict: false,
-            cpumask: None,
-            max_active: policy::WQ_DFL_ACTIVE,
-            ordered: false,
-            nice: 0,
-            topology: None,
-            idle_timeout: policy::IDLE_WORKER_TIMEOUT,
-            rescuer: false,
-        }
-    }
-
     fn shared(&self) -> &Arc<WqShared> {
         &self.handle.shared
     }
@@ -494,6 +284,22 @@ impl Workqueue {
 
     /// Queues `work` on the pod of `cpu` (it only picks the pod; it does not pin). A CPU
     /// that is not usable in the topology acts as [`Workqueue::queue`].
+    ///
+    /// ```
+    /// use podq::{Scope, Topology, Work, Workqueue};
+    ///
+    /// // A fake two-socket machine: its CPUs 0-15 are mapped onto the real ones.
+    /// let wq = Workqueue::builder("doc-queue-on")
+    ///     .topology(Topology::synthetic("2s4c2t")?)
+    ///     .scope(Scope::Numa)
+    ///     .build()?;
+    /// let work = Work::new(|| {});
+    /// assert!(wq.queue_on(12, &work)); // runs on node 1's pool (CPUs 4-7, 12-15)
+    /// work.flush();
+    /// assert!(wq.queue_node(0, &work)); // a CPU of node 0
+    /// wq.flush();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queue_on(&self, cpu: usize, work: &Work) -> bool {
         self.shared().queue_work(work, Some(cpu)).unwrap_or(false)
     }
@@ -518,37 +324,78 @@ impl Workqueue {
     ) -> JoinHandle<T> {
         match self.try_spawn(f) {
             Ok(handle) => handle,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("{}", e.error()),
         }
     }
 
-    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error.
-    pub fn try_spawn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<JoinHandle<T>, Error> {
+    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error that
+    /// gives the closure back.
+    ///
+    /// ```
+    /// let wq = podq::Workqueue::builder("doc-try-spawn").build()?;
+    /// let answer = wq.try_spawn(|| 6 * 7).map_err(|e| e.into_parts().0)?;
+    /// assert_eq!(answer.join().unwrap(), 42);
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn try_spawn<T, F>(&self, f: F) -> Result<JoinHandle<T>, SpawnError<F>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
         let wq = self.shared();
-        wq.check_accepting()?;
+        if let Err(e) = wq.check_accepting() {
+            return Err(SpawnError::new(e, f));
+        }
         let (handle, task) = join::pair(f);
-        wq.enqueue(Task::Once(task), None)?;
+        // Past the check, the call counts as made before any drain that began since: it
+        // is queued and a drain waits for it. Only a destroyed workqueue refuses it then,
+        // which cannot happen while this handle lives; were it refused, the handle would
+        // report the item dropped without running.
+        let _ = wq.enqueue_any(Task::Once(task), None, true);
         Ok(handle)
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
-    /// was already pending. When the timer fires, the pod is chosen from the CPU the
-    /// timer thread runs on, as the kernel does.
+    /// was already pending, or the workqueue is draining and the caller is not one of
+    /// its items (see [`Workqueue::try_queue_delayed`] for the reason). When the timer
+    /// fires, the pod is chosen from the CPU the timer thread runs on, as the kernel
+    /// does; an item armed before a drain began is queued when it fires, drain or not.
     pub fn queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed`], with a draining workqueue reported as an error
+    /// ([`Error::Draining`]).
+    pub fn try_queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, false)
     }
 
     /// As [`Workqueue::queue_delayed`], queueing on the pod of `cpu` when it fires.
     pub fn queue_delayed_on(&self, cpu: usize, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed_on(cpu, dwork, delay)
+            .unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed_on`], with a draining workqueue reported as an error.
+    pub fn try_queue_delayed_on(
+        &self,
+        cpu: usize,
+        dwork: &DelayedWork,
+        delay: Duration,
+    ) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, Some(cpu), false)
     }
 
     /// `mod_delayed_work`: (re)arms `dwork` with `delay` whatever its state; a pending
-    /// instance is replaced. Returns whether one was pending.
+    /// instance is replaced. Returns whether one was pending; false also when the
+    /// workqueue is draining and the caller is not one of its items (nothing changes
+    /// then; see [`Workqueue::try_mod_delayed`]).
     pub fn mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_mod_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::mod_delayed`], with a draining workqueue reported as an error.
+    pub fn try_mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, true)
     }
 
@@ -586,88 +433,45 @@ impl Workqueue {
         self.shared().change(|a| a.nice = nice)
     }
 
-    /// Changes `max_active`; waiting items are activated at once if it rises.
-    /// Refused for ordered workqueues.
+    /// Changes `max_active` (enforced per node: see [`WorkqueueBuilder::max_active`]);
+    /// waiting items are activated at once if it rises. Refused for ordered workqueues.
     pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
         self.shared().set_max_active(n)
     }
 
-    /// A snapshot of this workqueue's statistics.
+    /// A snapshot of this workqueue's statistics: its own item totals and, per pool it
+    /// uses, workers, lock contention, locality and latency percentiles (zeros when the
+    /// `stats` feature is off).
+    ///
+    /// ```
+    /// use podq::Workqueue;
+    ///
+    /// let wq = Workqueue::builder("doc-stats").build()?;
+    /// for i in 0..100 {
+    ///     drop(wq.spawn(move || i * 2));
+    /// }
+    /// wq.flush();
+    /// let stats = wq.stats();
+    /// # #[cfg(feature = "stats")]
+    /// assert_eq!(stats.totals.completed, 100);
+    /// for pool in &stats.pools {
+    ///     println!(
+    ///         "pool {} (cpus {}): {} workers, queue->start p99 {} ns",
+    ///         pool.id, pool.pod_cpus, pool.workers, pool.queue_to_start_ns.p99
+    ///     );
+    /// }
+    /// # Ok::<(), podq::Error>(())
+    /// ```
     pub fn stats(&self) -> WorkqueueStats {
         self.shared().stats_snapshot()
     }
 }
 
 impl WqShared {
-    /// [`Workqueue::set_max_active`]; also what the control plane calls.
-    fn set_max_active(&self, n: usize) -> Result<(), Error> {
-        let wq = self;
-        if wq.ordered {
-            return Err(Error::Ordered {
-                wq: wq.name.clone(),
-                what: "max_active",
-            });
-        }
-        if !policy::valid_max_active(n) {
-            return Err(Error::InvalidMaxActive { value: n });
-        }
-        let mut cfg = lock(&wq.config);
-        cfg.attrs.max_active = n;
-        let effective = read(&wq.table).unbound.clone();
-        wq.update_node_max(&cfg.attrs, &effective);
-        drop(cfg);
-        for node in &wq.nodes {
-            wq.activate(node);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for WqHandle {
-    fn drop(&mut self) {
-        let wq = &self.shared;
-        // Dropped inside one of its own items, the workqueue cannot wait for itself:
-        // its pwqs that still hold items then retire on their own as their last item
-        // completes (`Pwq::complete`), activating waiting items on the way, so none is
-        // lost. After a drain every pwq is empty and retires here.
-        if pool::current_wq() != wq.id {
-            pool::blocking(|| wq.drain());
-        }
-        pool::stop_rescuer(wq.id);
-        wq.destroyed.store(true, SeqCst);
-        let cancelled = delayed::cancel_for(wq.id);
-        wq.counters.cancelled.add(cancelled);
-        let old = std::mem::replace(
-            &mut *write(&wq.table),
-            Arc::new(Table {
-                cpu_pwq: Vec::new(),
-                dfl: None,
-                unbound: CpuSet::new(),
-            }),
-        );
-        drop(old);
-        let mut retiring: Vec<Arc<Pwq>> = Vec::new();
-        lock(&wq.pwqs).retain(|pwq| {
-            let mut st = lock(&pwq.state);
-            st.current = false;
-            st.dead = st.in_flight.is_empty();
-            if st.dead {
-                retiring.push(Arc::clone(pwq));
-            }
-            !st.dead
-        });
-        wq.unplug_oldest();
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
-        // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
-        // join them here (never from a worker, and never under a lock).
-        drop(retiring);
-        if pool::current_wq() == 0 {
-            for core in cores {
-                core.join_if_stopped();
-            }
-        }
-        lock(registry())
-            .retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(wq)));
+    /// Tells the workqueue's panic hook, or else the process-wide one, that one of its
+    /// items panicked with `message`.
+    pub(crate) fn report_panic(&self, message: &str) {
+        crate::report_panic(self.panic_hook.as_ref(), &self.name, message);
     }
 }
 
@@ -688,7 +492,7 @@ fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_
 }
 
 impl WqShared {
-    fn check_accepting(&self) -> Result<(), Error> {
+    pub(crate) fn check_accepting(&self) -> Result<(), Error> {
         let refused = self.destroyed.load(SeqCst)
             || (self.draining.load(SeqCst) > 0 && pool::current_wq() != self.id);
         if refused {
@@ -778,9 +582,8 @@ impl WqShared {
                 },
             };
             let node = &self.nodes[pwq.node];
-            let quiet = st.inactive.is_empty() && !st.plugged && !st.on_pending;
-            let slot = quiet && node.try_inc();
-            match policy::admission(st.inactive.is_empty(), st.plugged, st.on_pending, slot) {
+            let admit = policy::admit(st.queue(), || node.try_inc());
+            match admit.admission {
                 Admission::Activate => {
                     drop(st);
                     pwq.pool.core.push(entry);
@@ -789,7 +592,7 @@ impl WqShared {
                     self.counters.max_active_waits.inc();
                     pwq.pool.core.stats.items.max_active_waits.inc();
                     st.inactive.push_back(entry);
-                    let join_pending = !st.on_pending && !st.plugged;
+                    let join_pending = admit.join_pending;
                     if join_pending {
                         st.on_pending = true;
                         lock(&node.pending).push_back(Arc::clone(&pwq));
@@ -809,20 +612,14 @@ impl WqShared {
     /// The pwq for a queue call: that of `cpu` if usable, else of the selected CPU.
     fn pick_pwq(&self, cpu: Option<usize>, local: usize) -> Option<Arc<Pwq>> {
         let table = read(&self.table);
-        let usable = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
-        let cpu = match cpu {
-            Some(c) if usable(c) => c,
-            _ => {
-                let chosen = policy::select_cpu(local, &table.unbound, RR_LAST.with(Cell::get));
-                if chosen != local {
-                    RR_LAST.with(|r| r.set(Some(chosen)));
-                }
-                chosen
-            }
-        };
-        match table.cpu_pwq.get(cpu) {
-            Some(Some(pwq)) => Some(Arc::clone(pwq)),
-            _ => table.dfl.clone(),
+        let has_pwq = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
+        let pick = policy::pick_pwq(cpu, has_pwq, local, &table.unbound, RR_LAST.with(Cell::get));
+        if let Some(rr) = pick.rr_last {
+            RR_LAST.with(|r| r.set(Some(rr)));
+        }
+        match pick.pwq {
+            PwqChoice::Cpu(c) => table.cpu_pwq[c].clone(),
+            PwqChoice::Default => table.dfl.clone(),
         }
     }
 
@@ -838,22 +635,18 @@ impl WqShared {
                 pending.pop_front().expect("checked non-empty")
             };
             let mut st = lock(&pwq.state);
-            let next = if st.plugged {
-                None
-            } else {
-                st.inactive.pop_front()
-            };
-            match next {
-                None => {
+            match policy::activation(st.queue()) {
+                Activation::Leave => {
                     st.on_pending = false;
                     drop(st);
                     node.nr.fetch_sub(1, SeqCst);
                 }
-                Some(entry) => {
-                    if st.inactive.is_empty() {
-                        st.on_pending = false;
-                    } else {
+                Activation::Take { requeue } => {
+                    let entry = st.inactive.pop_front().expect("activation takes an item");
+                    if requeue {
                         lock(&node.pending).push_back(Arc::clone(&pwq));
+                    } else {
+                        st.on_pending = false;
                     }
                     drop(st);
                     pwq.pool.core.push(entry);
@@ -884,192 +677,6 @@ impl WqShared {
             }
         }
         self.draining.fetch_sub(1, SeqCst);
-    }
-
-    fn change(self: &Arc<Self>, edit: impl FnOnce(&mut Attrs)) -> Result<(), Error> {
-        let mut cfg = lock(&self.config);
-        let mut attrs = cfg.attrs.clone();
-        edit(&mut attrs);
-        let released = self.apply(&mut cfg, attrs)?;
-        drop(cfg);
-        drop(released);
-        Ok(())
-    }
-
-    /// `apply_workqueue_attrs`: prepare everything (errors leave no trace), then commit
-    /// by adding the new pwqs to the flush list, swapping the table, and retiring old
-    /// pwqs that are already empty. Old pwqs keep their items and finish them.
-    ///
-    /// Returns what the change released, for the caller to drop after unlocking
-    /// `config`: dropping the last pwq of a pool stops and joins its workers, which
-    /// must not happen under a lock an item might want.
-    fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
-        // Prepare.
-        attrs.validate()?;
-        let usable = &self.usable_now();
-        let effective = refresh::effective_cpumask(&attrs.cpumask, usable, &self.topology)?;
-        let scope = attrs.scope.resolve(default_scope());
-        let layout = if self.ordered {
-            None
-        } else {
-            Some(self.topology.pods(scope)?)
-        };
-        let old_table = Arc::clone(&read(&self.table));
-        let mut reuse: HashMap<u64, Arc<Pwq>> = HashMap::new();
-        for pwq in old_table
-            .cpu_pwq
-            .iter()
-            .flatten()
-            .chain(old_table.dfl.iter())
-        {
-            reuse.insert(pwq.pool.core.id, Arc::clone(pwq));
-        }
-        let older_alive = !lock(&self.pwqs).is_empty();
-        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
-        let mut pwq_for = |pod: CpuSet| -> Arc<Pwq> {
-            let pool = self.pool_for(pod, &attrs, &effective);
-            if let Some(p) = reuse.get(&pool.core.id) {
-                return Arc::clone(p);
-            }
-            let node = policy::pool_node(&pool.core.key.pod, |c| self.topology.node_of(c))
-                .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
-            let pwq = Arc::new(Pwq {
-                wq: Arc::clone(self),
-                pool,
-                node,
-                state: Mutex::new(PwqState {
-                    inactive: VecDeque::new(),
-                    in_flight: InFlight::default(),
-                    on_pending: false,
-                    plugged: self.ordered && older_alive,
-                    current: true,
-                    dead: false,
-                }),
-            });
-            reuse.insert(pwq.pool.core.id, Arc::clone(&pwq));
-            fresh.push(Arc::clone(&pwq));
-            pwq
-        };
-        let dfl = pwq_for(effective.clone());
-        let size = usable.last().map_or(0, |c| c + 1);
-        let cpu_pwq: Vec<Option<Arc<Pwq>>> = (0..size)
-            .map(|cpu| {
-                if !usable.contains(cpu) {
-                    return None;
-                }
-                let Some(layout) = &layout else {
-                    return Some(Arc::clone(&dfl));
-                };
-                let pod = layout.pod_of(cpu).map(|p| &layout.pod_cpus[p]);
-                let mask =
-                    pod.map_or_else(|| effective.clone(), |p| policy::pod_cpumask(p, &effective));
-                Some(pwq_for(mask))
-            })
-            .collect();
-        let table = Arc::new(Table {
-            cpu_pwq,
-            dfl: Some(dfl),
-            unbound: effective.clone(),
-        });
-        // Commit.
-        lock(&self.pwqs).extend(fresh.iter().cloned());
-        let old_table = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
-        let mut retired = Vec::new();
-        let in_new = |p: &Arc<Pwq>| {
-            table
-                .cpu_pwq
-                .iter()
-                .flatten()
-                .chain(table.dfl.iter())
-                .any(|q| Arc::ptr_eq(p, q))
-        };
-        {
-            let mut list = lock(&self.pwqs);
-            list.retain(|p| {
-                let mut st = lock(&p.state);
-                st.current = in_new(p);
-                if !st.current && st.in_flight.is_empty() {
-                    st.dead = true;
-                    retired.push(Arc::clone(p));
-                }
-                !st.dead
-            });
-        }
-        cfg.attrs = attrs;
-        cfg.effective_scope = scope;
-        self.update_node_max(&cfg.attrs, &effective);
-        self.unplug_oldest();
-        for node in &self.nodes {
-            self.activate(node);
-        }
-        Ok(Released {
-            _table: old_table,
-            _pwqs: retired,
-        })
-    }
-
-    /// The shared pool for a pod mask under `attrs`, created if none is alive.
-    fn pool_for(&self, pod: CpuSet, attrs: &Attrs, effective: &CpuSet) -> Arc<Pool> {
-        let key = PoolKey {
-            topology: self.topology_id,
-            pod,
-            strict: attrs.strict,
-            nice: attrs.nice,
-            cpumask: (!attrs.strict).then(|| effective.clone()),
-            idle_timeout: self.idle_timeout,
-        };
-        let mut pools = lock(pools());
-        if let Some(pool) = pools.get(&key).and_then(Weak::upgrade) {
-            return pool;
-        }
-        pools.retain(|_, p| p.strong_count() > 0);
-        let id = NEXT_POOL_ID.fetch_add(1, SeqCst) as u64;
-        let pool = Arc::new(Pool::new(
-            id,
-            key.clone(),
-            Arc::clone(&self.topology),
-            &self.cpu_map,
-            self.idle_timeout,
-        ));
-        pools.insert(key, Arc::downgrade(&pool));
-        pool
-    }
-
-    /// `wq_update_node_max_active`.
-    fn update_node_max(&self, attrs: &Attrs, effective: &CpuSet) {
-        let max_active = attrs.max_active;
-        let min_active = policy::min_active(max_active);
-        let total = effective.len();
-        for node in self.topology.nodes() {
-            let cpus = effective.intersection(&self.topology.node_cpus(node)).len();
-            let max = policy::node_max_active(max_active, min_active, cpus, total);
-            self.nodes[self.node_index[node]].max.store(max, SeqCst);
-        }
-        self.nodes[self.nodes.len() - 1]
-            .max
-            .store(max_active, SeqCst);
-    }
-
-    /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
-    fn unplug_oldest(&self) {
-        if !self.ordered {
-            return;
-        }
-        let Some(oldest) = lock(&self.pwqs).first().cloned() else {
-            return;
-        };
-        let mut st = lock(&oldest.state);
-        if !st.plugged {
-            return;
-        }
-        st.plugged = false;
-        let node = &self.nodes[oldest.node];
-        if !st.inactive.is_empty() && !st.on_pending {
-            st.on_pending = true;
-            lock(&node.pending).push_back(Arc::clone(&oldest));
-        }
-        drop(st);
-        self.activate(node);
     }
 
     pub(crate) fn stats_snapshot(&self) -> WorkqueueStats {
@@ -1103,6 +710,17 @@ impl WqShared {
             effective_scope,
             totals: self.counters.snapshot(),
             pools,
+        }
+    }
+}
+
+impl PwqState {
+    /// The pwq's queueing state, as admission and activation see it.
+    fn queue(&self) -> PwqQueue {
+        PwqQueue {
+            inactive: self.inactive.len(),
+            plugged: self.plugged,
+            on_pending: self.on_pending,
         }
     }
 }

@@ -8,9 +8,8 @@ use std::time::Duration;
 use podq::testing::fake_topology;
 use podq::{CpuSet, DelayedWork, Error, Scope, Work, Workqueue};
 
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
+mod common;
+use common::counter;
 
 fn quiet_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -475,4 +474,100 @@ fn cancelled_handed_off_instance_does_not_lose_the_next_one() {
     assert_eq!(totals.queued, 3);
     assert_eq!(totals.started, 2);
     assert_eq!(totals.cancelled, 1);
+}
+
+#[test]
+fn drain_refuses_delayed_items_from_outside() {
+    let wq = Workqueue::builder("t-drain-delayed").build().unwrap();
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    wq.spawn(move || {
+        g.wait();
+    });
+    let runs = counter();
+    let r = runs.clone();
+    let dwork = DelayedWork::new(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    let outsider = {
+        let (wq, dwork) = (wq.clone(), dwork.clone());
+        std::thread::spawn(move || {
+            while !matches!(wq.try_queue(&Work::new(|| {})), Err(Error::Draining { .. })) {
+                std::thread::yield_now();
+            }
+            let plain = wq.queue_delayed(&dwork, Duration::ZERO);
+            let tried = wq.try_queue_delayed(&dwork, Duration::from_millis(1));
+            let on = wq.try_queue_delayed_on(0, &dwork, Duration::ZERO);
+            let modified = wq.try_mod_delayed(&dwork, Duration::ZERO);
+            gate.wait();
+            (plain, tried, on, modified)
+        })
+    };
+    wq.drain();
+    let (plain, tried, on, modified) = outsider.join().unwrap();
+    assert!(!plain, "queue_delayed is refused while draining");
+    assert!(matches!(tried, Err(Error::Draining { .. })), "{tried:?}");
+    assert!(matches!(on, Err(Error::Draining { .. })), "{on:?}");
+    assert!(
+        matches!(modified, Err(Error::Draining { .. })),
+        "{modified:?}"
+    );
+    assert!(!dwork.is_pending(), "a refused call leaves it idle");
+    assert_eq!(runs.load(SeqCst), 0);
+    // After the drain it is accepted again.
+    assert!(wq.try_queue_delayed(&dwork, Duration::ZERO).unwrap());
+    dwork.flush();
+    assert_eq!(runs.load(SeqCst), 1);
+}
+
+#[test]
+fn a_refused_try_spawn_gives_the_closure_back() {
+    let wq = Workqueue::builder("t-spawn-back").build().unwrap();
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    wq.spawn(move || {
+        g.wait();
+    });
+    let outsider = {
+        let wq = wq.clone();
+        std::thread::spawn(move || loop {
+            match wq.try_spawn(|| 7) {
+                Ok(handle) => {
+                    assert_eq!(handle.join().unwrap(), 7);
+                }
+                Err(refused) => {
+                    assert!(matches!(refused.error(), Error::Draining { .. }));
+                    assert!(refused.to_string().contains("draining"), "{refused}");
+                    let f = refused.into_inner();
+                    gate.wait();
+                    return f();
+                }
+            }
+        })
+    };
+    wq.drain();
+    assert_eq!(outsider.join().unwrap(), 7, "the closure came back unrun");
+}
+
+#[test]
+fn a_workqueue_panic_hook_replaces_the_process_wide_one() {
+    let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let s = seen.clone();
+    let wq = Workqueue::builder("t-own-panic-hook")
+        .panic_hook(move |r| {
+            s.lock()
+                .unwrap()
+                .push((r.workqueue.to_owned(), r.message.to_owned()));
+        })
+        .build()
+        .unwrap();
+    let other = Workqueue::builder("t-no-panic-hook").build().unwrap();
+    assert!(wq.spawn(|| panic!("boom")).join().is_err());
+    assert!(other.spawn(|| panic!("elsewhere")).join().is_err());
+    wq.flush();
+    other.flush();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![("t-own-panic-hook".to_owned(), "boom".to_owned())]
+    );
 }

@@ -13,6 +13,9 @@ use podq::fault::{fail_worker_spawns, set_create_cooldown, CREATE_COOLDOWN};
 use podq::testing::fake_topology;
 use podq::{DelayedWork, Error, Scope, Work, Workqueue};
 
+mod common;
+use common::{counter, flush_within};
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Serialises the tests and restores the process settings when dropped.
@@ -48,21 +51,6 @@ impl Drop for Faults {
         set_create_cooldown(CREATE_COOLDOWN);
         podq::clear_error_hook();
     }
-}
-
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
-
-/// Flushes `wq` on another thread; returns whether it finished within `limit`.
-fn flush_within(wq: &Workqueue, limit: Duration) -> bool {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let wq = wq.clone();
-    std::thread::spawn(move || {
-        wq.flush();
-        let _ = tx.send(());
-    });
-    rx.recv_timeout(limit).is_ok()
 }
 
 #[test]
@@ -204,4 +192,40 @@ fn a_few_failures_are_absorbed_by_the_retry() {
         .sum();
     assert_eq!(failures, 3);
     assert_eq!(faults.hook_calls.load(SeqCst), 3);
+}
+
+#[test]
+fn a_workqueue_error_hook_replaces_the_process_wide_one() {
+    let faults = Faults::new(Duration::from_millis(20));
+    let own_calls = counter();
+    let calls = own_calls.clone();
+    let wq = Workqueue::builder("fault-own-hook")
+        .idle_timeout(Duration::from_millis(1004))
+        .error_hook(move |report| {
+            assert!(matches!(report.error, Error::Os { .. }), "{report:?}");
+            calls.fetch_add(1, SeqCst);
+        })
+        .build()
+        .unwrap();
+    fail_worker_spawns(1);
+    let runs = counter();
+    let r = runs.clone();
+    wq.spawn(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    assert!(
+        flush_within(&wq, Duration::from_secs(20)),
+        "the retry ran it"
+    );
+    assert_eq!(runs.load(SeqCst), 1);
+    assert_eq!(
+        own_calls.load(SeqCst),
+        1,
+        "the workqueue's own hook was told"
+    );
+    assert_eq!(
+        faults.hook_calls.load(SeqCst),
+        0,
+        "the process-wide hook was not"
+    );
 }

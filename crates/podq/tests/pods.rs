@@ -10,19 +10,8 @@ use std::time::{Duration, Instant};
 use podq::testing::fake_topology;
 use podq::{CpuSet, Scope, Work, Workqueue};
 
-/// The real CPUs the calling thread may run on.
-fn my_affinity() -> CpuSet {
-    // SAFETY: cpu_set_t is plain data; all-zero is a valid empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
-    assert_eq!(rc, 0);
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `c` is below CPU_SETSIZE.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &raw) })
-        .collect()
-}
+mod common;
+use common::my_affinity;
 
 /// The real CPU a virtual CPU of a 16-CPU fake topology maps onto.
 fn real_of(v: usize, reals: &[usize], identity: bool) -> usize {
@@ -404,4 +393,42 @@ fn max_active_is_enforced_per_node() {
     wq.set_max_active(16).unwrap();
     assert_eq!(wq.attrs().max_active, 16);
     assert_eq!(wq.spawn(|| 9).join().unwrap(), 9);
+}
+
+/// The kernel's per-node `max_active` rule, as documented on the builder: shares
+/// rounded up with the `min(max_active, 8)` floor, so `max_active(3)` on 2 nodes lets
+/// 6 items run at once, and never more.
+#[test]
+fn max_active_3_on_two_nodes_runs_up_to_6() {
+    let wq = Workqueue::builder("pods-max-active")
+        .topology(fake_topology(2, 1, 4, 1))
+        .scope(Scope::Numa)
+        .max_active(3)
+        .build()
+        .unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let (running, peak) = (running.clone(), peak.clone());
+            let work = move || {
+                let now = running.fetch_add(1, SeqCst) + 1;
+                peak.fetch_max(now, SeqCst);
+                // Hold the slot until six run or a while passes (a bound, not a figure).
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while peak.load(SeqCst) < 6 && Instant::now() < deadline {
+                    podq::blocking(|| std::thread::sleep(Duration::from_millis(1)));
+                }
+                running.fetch_sub(1, SeqCst);
+            };
+            podq::set_thread_cpu(Some(if i % 2 == 0 { 0 } else { 4 }));
+            let handle = wq.spawn(work);
+            podq::set_thread_cpu(None);
+            handle
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(peak.load(SeqCst), 6, "3 per node on 2 nodes");
 }

@@ -8,7 +8,6 @@
 //! to its producer. `--toggle` changes `rpciod`'s scope live in equal time segments.
 
 use std::cell::Cell;
-use std::fs;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -20,7 +19,7 @@ use podq_topology::{CpuSet, Scope};
 
 use super::{empty_sample, RunLength, Sample};
 use crate::bench::alloc_model::{AllocConfig, AllocCounts, AllocModel, Object};
-use crate::bench::report::{new_histogram, record, CompletionDetail};
+use crate::bench::report::{new_histogram, record, CompletionDetail, TimelinePoint};
 use crate::bench::system::placement::{self, CpuMap};
 use crate::bench::system::{Item, PoolLockCounts, Queue, QueueConfig, System};
 
@@ -135,6 +134,58 @@ struct Snapshot {
     context_switches: u64,
 }
 
+/// Counters read for the time series.
+struct Tick {
+    at: Instant,
+    completed: u64,
+    cpu_times: Vec<(usize, CpuTimes)>,
+}
+
+/// Sleeps `d`, reading a [`Tick`] every `every`.
+fn sleep_sampling(d: Duration, every: Duration, completed: &AtomicU64, ticks: &mut Vec<Tick>) {
+    let end = Instant::now() + d;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(every.min(end - now));
+        ticks.push(Tick {
+            at: Instant::now(),
+            completed: completed.load(Ordering::Relaxed),
+            // A failed read leaves the interval without idle figures.
+            cpu_times: read_cpu_times().unwrap_or_default(),
+        });
+    }
+}
+
+/// The intervals between consecutive ticks as time series points.
+fn timeline_of(
+    ticks: &[Tick],
+    origin: Instant,
+    idle_of: impl Fn(&[(usize, CpuTimes)], &[(usize, CpuTimes)]) -> Vec<f64>,
+) -> Vec<(Instant, TimelinePoint)> {
+    ticks
+        .windows(2)
+        .filter_map(|w| {
+            let seconds = (w[1].at - w[0].at).as_secs_f64();
+            (seconds > 0.0).then(|| {
+                let mid = w[0].at + (w[1].at - w[0].at) / 2;
+                (
+                    mid,
+                    TimelinePoint {
+                        t: (w[1].at - origin).as_secs_f64(),
+                        mb_per_sec: (w[1].completed - w[0].completed) as f64 * IO_BYTES as f64
+                            / seconds
+                            / 1e6,
+                        idle: idle_of(&w[0].cpu_times, &w[1].cpu_times),
+                    },
+                )
+            })
+        })
+        .collect()
+}
+
 /// Runs the test once; one sample per toggle segment.
 pub fn run(
     system: &dyn System,
@@ -196,7 +247,7 @@ pub fn run(
             context_switches: context_switches()?,
         })
     };
-    let (segment_marks, histograms) = std::thread::scope(|s| -> Result<_> {
+    let (segment_marks, histograms, ticks) = std::thread::scope(|s| -> Result<_> {
         let handles: Vec<_> = params
             .producer_cpus
             .iter()
@@ -222,9 +273,19 @@ pub fn run(
         // falls before it; at a toggle the old segment ends before the scope changes
         // and the new one starts after, so pools the change brings in are counted
         // from their state at the change, not with the history of their other users.
-        let mut starts = Vec::with_capacity(segments);
+        let mut starts: Vec<Snapshot> = Vec::with_capacity(segments);
         let mut ends = Vec::with_capacity(segments);
         let mut outcome = snapshot().map(|snap| starts.push(snap));
+        let mut ticks: Vec<Tick> = starts
+            .iter()
+            .map(|s| Tick {
+                at: s.at,
+                completed: s.completed,
+                cpu_times: s.cpu_times.clone(),
+            })
+            .collect();
+        // About a hundred points over the run, at least 20 ms apart.
+        let every = (segment_length * segments as u32 / 100).max(Duration::from_millis(20));
         if outcome.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
@@ -245,7 +306,7 @@ pub fn run(
                 segment.store(index, Ordering::Relaxed);
             }
             if !segment_length.is_zero() {
-                std::thread::sleep(segment_length);
+                sleep_sampling(segment_length, every, &shared.completed, &mut ticks);
             }
         }
         // In --items mode the end is when every producer has finished.
@@ -266,9 +327,24 @@ pub fn run(
         }
         outcome?;
         ends.push(end?);
-        Ok((starts.into_iter().zip(ends).collect::<Vec<_>>(), histograms))
+        Ok((
+            starts.into_iter().zip(ends).collect::<Vec<_>>(),
+            histograms,
+            ticks,
+        ))
     })?;
     let fake = map.is_fake();
+    let idle_of = |a: &[(usize, CpuTimes)], b: &[(usize, CpuTimes)]| {
+        if fake {
+            idle_shares(a, b)
+        } else {
+            per_node_idle(map, a, b)
+        }
+    };
+    let origin = segment_marks
+        .first()
+        .map_or_else(Instant::now, |(a, _)| a.at);
+    let mut timeline = timeline_of(&ticks, origin, idle_of);
     Ok(segment_marks
         .iter()
         .zip(histograms)
@@ -288,7 +364,16 @@ pub fn run(
             sample.latency = latency;
             sample.pool_locks = b.rpciod.zip(a.rpciod).map(|(b, a)| b.since(&a));
             sample.segment_scope = params.toggle.get(index).copied();
+            // The points whose interval centre falls in this segment.
+            let split = timeline.partition_point(|(mid, _)| *mid < b.at);
+            let rest = timeline.split_off(split);
+            let points = std::mem::replace(&mut timeline, rest)
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
             sample.completion = Some(CompletionDetail {
+                start_s: (a.at - origin).as_secs_f64(),
+                timeline: points,
                 mb_per_sec: items as f64 * IO_BYTES as f64 / seconds / 1e6,
                 idle_per_cpu,
                 idle_per_node,
@@ -432,20 +517,22 @@ struct CpuTimes {
 }
 
 fn read_cpu_times() -> Result<Vec<(usize, CpuTimes)>> {
-    let text = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    Ok(parse_cpu_times(&text))
+    Ok(cpu_times(&crate::procinfo::read_proc_stat()?))
 }
 
-fn parse_cpu_times(text: &str) -> Vec<(usize, CpuTimes)> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let cpu: usize = fields.next()?.strip_prefix("cpu")?.parse().ok()?;
-            let values: Vec<u64> = fields.filter_map(|f| f.parse().ok()).collect();
-            // user nice system idle iowait irq softirq steal (guest is inside user).
-            let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
-            let total = values.iter().take(8).sum();
-            Some((cpu, CpuTimes { idle, total }))
+/// Idle (idle + iowait) and total jiffies of each CPU.
+fn cpu_times(stat: &crate::procinfo::ProcStat) -> Vec<(usize, CpuTimes)> {
+    stat.cpus
+        .iter()
+        .map(|(&cpu, t)| {
+            let idle = t.idle_all();
+            (
+                cpu,
+                CpuTimes {
+                    idle,
+                    total: idle + t.busy(),
+                },
+            )
         })
         .collect()
 }
@@ -524,9 +611,11 @@ mod tests {
 
     #[test]
     fn proc_stat_idle_shares() {
+        let parse = |text: &str| cpu_times(&crate::procinfo::parse_proc_stat(text).unwrap());
         let a =
-            parse_cpu_times("cpu  1 2 3 4\ncpu0 10 0 10 70 10 0 0 0 5 0\ncpu1 0 0 0 100 0 0 0 0\n");
-        let b = parse_cpu_times("cpu0 20 0 20 110 20 0 0 0 5 0\ncpu1 50 0 0 150 0 0 0 0\n");
+            parse("cpu  1 2 3 4 5 6 7 8\ncpu0 10 0 10 70 10 0 0 0 5 0\ncpu1 0 0 0 100 0 0 0 0\n");
+        let b =
+            parse("cpu  1 2 3 4 5 6 7 8\ncpu0 20 0 20 110 20 0 0 0 5 0\ncpu1 50 0 0 150 0 0 0 0\n");
         assert_eq!(a.len(), 2);
         let shares = idle_shares(&a, &b);
         // cpu0: idle+iowait grew 50 of 70; cpu1: 50 of 100.
