@@ -99,6 +99,7 @@ mod cpu;
 mod delayed;
 mod error;
 pub mod fault;
+mod global;
 mod join;
 mod pool;
 pub mod stats;
@@ -132,12 +133,15 @@ pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
 pub use delayed::DelayedWork;
 pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
+pub use global::{default_workqueue, queue, spawn, DEFAULT_WORKQUEUE_NAME};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;
 pub use work::Work;
-pub use workqueue::{default_scope, set_default_scope, Workqueue, WorkqueueBuilder};
+pub use workqueue::{
+    default_scope, set_default_scope, CpuRun, PodRun, Workqueue, WorkqueueBuilder,
+};
 
 /// What a panic hook is told about a panicking work item.
 #[derive(Clone, Copy, Debug)]
