@@ -21,8 +21,8 @@
 //! - Pods are built over the usable CPUs (see `podq_topology::Topology`), not the
 //!   possible ones.
 //! - A cpumask with no usable CPU is refused ([`Error::NoUsableCpu`]) instead of
-//!   silently widening to the global mask; `max_active` outside `1..=2048` is refused
-//!   instead of clamped.
+//!   silently widening to the global mask; `max_active` outside `1..=2048`, and
+//!   `min_active` above `max_active`, are refused instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
 //!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
 //!   see a worker sleep.

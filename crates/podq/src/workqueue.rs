@@ -20,6 +20,7 @@ mod builder;
 #[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
+mod min_active;
 pub(crate) mod refresh;
 mod registry;
 mod teardown;

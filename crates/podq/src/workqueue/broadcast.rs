@@ -72,13 +72,10 @@ impl Workqueue {
         F: Fn(&CpuSet) -> T + Send + Sync + 'static,
     {
         let f = Arc::new(f);
-        let queued = self.shared().queue_each(
-            pods,
-            |cpus| {
-                let f = Arc::clone(&f);
-                move || f(&cpus)
-            },
-        )?;
+        let queued = self.shared().queue_each(pods, |cpus| {
+            let f = Arc::clone(&f);
+            move || f(&cpus)
+        })?;
         Ok(pool::blocking(|| {
             queued
                 .into_iter()
