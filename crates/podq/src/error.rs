@@ -24,6 +24,14 @@ pub enum Error {
         /// The requested value.
         value: usize,
     },
+    /// `min_active` above the workqueue's `max_active`.
+    #[error("invalid min_active {value}: must be in 0..={max_active} (the max_active)")]
+    InvalidMinActive {
+        /// The requested value.
+        value: usize,
+        /// The workqueue's `max_active`.
+        max_active: usize,
+    },
     /// `nice` outside `-20..=19`.
     #[error("invalid nice {value}: must be in -20..=19")]
     InvalidNice {

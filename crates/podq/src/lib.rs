@@ -21,8 +21,8 @@
 //! - Pods are built over the usable CPUs (see `podq_topology::Topology`), not the
 //!   possible ones.
 //! - A cpumask with no usable CPU is refused ([`Error::NoUsableCpu`]) instead of
-//!   silently widening to the global mask; `max_active` outside `1..=2048` is refused
-//!   instead of clamped.
+//!   silently widening to the global mask; `max_active` outside `1..=2048`, and
+//!   `min_active` above `max_active`, are refused instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
 //!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
 //!   see a worker sleep.
@@ -99,6 +99,7 @@ mod cpu;
 mod delayed;
 mod error;
 pub mod fault;
+mod global;
 mod join;
 mod pool;
 pub mod stats;
@@ -132,12 +133,15 @@ pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
 pub use delayed::DelayedWork;
 pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
+pub use global::{default_workqueue, queue, spawn, DEFAULT_WORKQUEUE_NAME};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;
 pub use work::Work;
-pub use workqueue::{default_scope, set_default_scope, Workqueue, WorkqueueBuilder};
+pub use workqueue::{
+    default_scope, set_default_scope, CpuRun, PodRun, Workqueue, WorkqueueBuilder,
+};
 
 /// What a panic hook is told about a panicking work item.
 #[derive(Clone, Copy, Debug)]

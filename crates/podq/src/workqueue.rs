@@ -15,14 +15,17 @@
 //! `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
 mod apply;
+mod broadcast;
 mod builder;
 #[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
+mod min_active;
 pub(crate) mod refresh;
 mod registry;
 mod teardown;
 
+pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};

@@ -219,8 +219,14 @@ impl WqShared {
         }
         let mut cfg = lock(&wq.config);
         cfg.attrs.max_active = n;
+        cfg.attrs.min_active = cfg.attrs.min_active.min(n);
         let effective = read(&wq.table).unbound.clone();
-        wq.store_node_limits(&policy::node_limits(n, &effective, &wq.topology));
+        wq.store_node_limits(&policy::node_limits_with_floor(
+            n,
+            cfg.attrs.min_active,
+            &effective,
+            &wq.topology,
+        ));
         drop(cfg);
         for node in &wq.nodes {
             wq.activate(node);

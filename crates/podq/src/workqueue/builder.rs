@@ -170,6 +170,7 @@ impl WorkqueueBuilder {
             cpumask,
             nice: self.nice,
             max_active: if self.ordered { 1 } else { self.max_active },
+            min_active: policy::min_active(if self.ordered { 1 } else { self.max_active }),
             ordered: self.ordered,
         };
         attrs::validate(&attrs)?;
