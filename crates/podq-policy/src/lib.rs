@@ -6,9 +6,11 @@
 //! global: state the mechanism owns comes in as a value.
 //! Kernel names are given where a function mirrors one (see `reference/kernel-workqueue.md`).
 //!
-//! One module per area of decision; everything is re-exported at the crate root.
+//! One module per area of decision; everything is re-exported at the crate root, except
+//! the `auto` scope's controller, which keeps its own namespace ([`auto`]).
 
 mod active;
+pub mod auto;
 mod locality;
 mod select;
 mod worker;
