@@ -38,6 +38,7 @@
 //!   kernel leaves them to the caller.
 
 mod attrs;
+pub mod auto;
 pub mod control;
 mod cpu;
 mod delayed;

@@ -17,12 +17,13 @@ use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::sync::ShardedLock;
 use podq_topology::{CpuSet, Scope, Topology};
 
 use crate::attrs::PoolKey;
+use crate::auto::{self, AutoRun};
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
@@ -90,6 +91,8 @@ struct WqHandle {
 struct Config {
     attrs: Attrs,
     effective_scope: Scope,
+    /// The controller choosing the scope while the requested one resolves to `auto`.
+    auto: Option<AutoRun>,
 }
 
 /// The CPU → pwq table, swapped whole on an attribute change.
@@ -159,6 +162,8 @@ pub(crate) struct WqShared {
     live: bool,
     /// I: idle timeout of its pools' workers.
     idle_timeout: Duration,
+    /// I: how its `auto` controller runs.
+    auto_settings: auto::Settings,
     /// I: node id → index in `nodes` (the last index is the fallback counter).
     node_index: Vec<usize>,
     /// M: requested attributes; held across a whole change.
@@ -257,7 +262,8 @@ pub fn default_scope() -> Scope {
 
 /// Sets the process-wide default scope; every live workqueue on `Scope::Default`
 /// switches to it at once (queued items finish on their old pools). `Default` itself is
-/// refused.
+/// refused; `Auto` makes those workqueues choose their scope themselves, each with its
+/// own controller (see [`crate::auto`]).
 pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
     if scope == Scope::Default {
         return Err(Error::DefaultScope { scope });
@@ -273,6 +279,9 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
             drop(cfg);
             drop(released);
         }
+    }
+    if scope == Scope::Auto {
+        auto::wake_sampler()?;
     }
     Ok(())
 }
@@ -290,6 +299,7 @@ pub struct WorkqueueBuilder {
     topology: Option<Topology>,
     idle_timeout: Duration,
     rescuer: bool,
+    auto: auto::Settings,
 }
 
 impl WorkqueueBuilder {
@@ -357,6 +367,20 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// How often `auto` judges the statistics (default 100 ms, at least 1 ms): a switch
+    /// needs `confirm_windows` windows, and waits `min_dwell_windows` after the last.
+    pub fn auto_window(mut self, window: Duration) -> Self {
+        self.auto.window = window;
+        self
+    }
+
+    /// The thresholds and limits of the `auto` controller (default:
+    /// [`policy::auto::AutoConfig::default`]).
+    pub fn auto_config(mut self, config: policy::auto::AutoConfig) -> Self {
+        self.auto.config = config;
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -364,6 +388,11 @@ impl WorkqueueBuilder {
         }
         if self.scope == Scope::Default {
             env_default()?;
+        }
+        if self.auto.window < Duration::from_millis(1) {
+            return Err(Error::InvalidAutoWindow {
+                window: self.auto.window,
+            });
         }
         let live = self.topology.is_none();
         let topology = match self.topology {
@@ -396,10 +425,12 @@ impl WorkqueueBuilder {
             live,
             topology: Arc::new(topology),
             idle_timeout: self.idle_timeout,
+            auto_settings: self.auto,
             node_index,
             config: Mutex::new(Config {
                 attrs: attrs.clone(),
                 effective_scope: Scope::BUILTIN_DEFAULT,
+                auto: None,
             }),
             table: ShardedLock::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
@@ -420,9 +451,14 @@ impl WorkqueueBuilder {
         if self.rescuer {
             pool::start_rescuer(shared.id, &shared.name)?;
         }
+        let on_auto = lock(&shared.config).auto.is_some();
         let mut wqs = lock(registry());
         wqs.retain(|w| w.strong_count() > 0);
         wqs.push(Arc::downgrade(&shared));
+        drop(wqs);
+        if on_auto {
+            auto::wake_sampler()?;
+        }
         Ok(Workqueue {
             handle: Arc::new(WqHandle { shared }),
         })
@@ -452,6 +488,7 @@ impl Workqueue {
             topology: None,
             idle_timeout: policy::IDLE_WORKER_TIMEOUT,
             rescuer: false,
+            auto: auto::Settings::default(),
         }
     }
 
@@ -469,7 +506,8 @@ impl Workqueue {
         lock(&self.shared().config).attrs.clone()
     }
 
-    /// The scope in use, with `Default` resolved.
+    /// The concrete scope in use: `Default` resolved, and for `auto` the scope its
+    /// controller chose.
     pub fn effective_scope(&self) -> Scope {
         lock(&self.shared().config).effective_scope
     }
@@ -635,6 +673,9 @@ impl Drop for WqHandle {
         }
         pool::stop_rescuer(wq.id);
         wq.destroyed.store(true, SeqCst);
+        // An `auto` switch in progress finishes before the table goes; later ones see
+        // `destroyed`.
+        drop(lock(&wq.config));
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
         let old = std::mem::replace(
@@ -891,8 +932,12 @@ impl WqShared {
         let mut attrs = cfg.attrs.clone();
         edit(&mut attrs);
         let released = self.apply(&mut cfg, attrs)?;
+        let on_auto = cfg.auto.is_some();
         drop(cfg);
         drop(released);
+        if on_auto {
+            auto::wake_sampler()?;
+        }
         Ok(())
     }
 
@@ -908,7 +953,33 @@ impl WqShared {
         attrs.validate()?;
         let usable = &self.usable_now();
         let effective = refresh::effective_cpumask(&attrs.cpumask, usable, &self.topology)?;
-        let scope = attrs.scope.resolve(default_scope());
+        let requested = attrs.scope.resolve(default_scope());
+        // Ordered workqueues have one pool whatever the scope: nothing to choose.
+        let auto = if requested == Scope::Auto && !self.ordered {
+            let strict = attrs.strict;
+            let previous = cfg.auto.as_ref();
+            let settings = &self.auto_settings;
+            let in_force = cfg.effective_scope;
+            Some(AutoRun::plan(
+                previous,
+                settings,
+                in_force,
+                strict,
+                &self.topology,
+                &effective,
+            )?)
+        } else {
+            None
+        };
+        let (scope, strict) = match &auto {
+            Some(run) => (run.scope(), run.strict()),
+            None if requested == Scope::Auto => (cfg.effective_scope, attrs.strict),
+            None => (requested, attrs.strict),
+        };
+        let pool_attrs = Attrs {
+            strict,
+            ..attrs.clone()
+        };
         let layout = if self.ordered {
             None
         } else {
@@ -927,7 +998,7 @@ impl WqShared {
         let older_alive = !lock(&self.pwqs).is_empty();
         let mut fresh: Vec<Arc<Pwq>> = Vec::new();
         let mut pwq_for = |pod: CpuSet| -> Arc<Pwq> {
-            let pool = self.pool_for(pod, &attrs, &effective);
+            let pool = self.pool_for(pod, &pool_attrs, &effective);
             if let Some(p) = reuse.get(&pool.core.id) {
                 return Arc::clone(p);
             }
@@ -997,6 +1068,7 @@ impl WqShared {
         }
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
+        cfg.auto = auto;
         self.update_node_max(&cfg.attrs, &effective);
         self.unplug_oldest();
         for node in &self.nodes {
@@ -1075,6 +1147,7 @@ impl WqShared {
     pub(crate) fn stats_snapshot(&self) -> WorkqueueStats {
         let cfg = lock(&self.config);
         let (attrs, effective_scope) = (cfg.attrs.clone(), cfg.effective_scope);
+        let auto = cfg.auto.as_ref().map(AutoRun::stats);
         drop(cfg);
         let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
         let mut seen: Vec<u64> = Vec::new();
@@ -1101,9 +1174,57 @@ impl WqShared {
             name: self.name.clone(),
             attrs,
             effective_scope,
+            auto,
             totals: self.counters.snapshot(),
             pools,
         }
+    }
+
+    /// Takes the `auto` sample due at `now` and applies the switch it decides.
+    /// Returns when the next sample is due, or `None` when not on `auto`.
+    pub(crate) fn auto_sample(self: &Arc<Self>, now: Instant) -> Option<Instant> {
+        match &lock(&self.config).auto {
+            Some(run) if now >= run.next_at() => {}
+            Some(run) => return Some(run.next_at()),
+            None => return None,
+        }
+        // Counters first, without `config` (the lock order puts `pwqs` after it).
+        let completed = self.counters.completed.get();
+        let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
+        let mut pools: Vec<(u64, CpuSet, PoolStats)> = Vec::new();
+        for pwq in &pwqs {
+            let core = &pwq.pool.core;
+            if pools.iter().all(|(id, _, _)| *id != core.id) {
+                let stats = PoolStats::from_counters(&core.stats);
+                pools.push((core.id, core.key.pod.clone(), stats));
+            }
+        }
+        drop(pwqs);
+        let mut cfg = lock(&self.config);
+        // A workqueue being torn down gets no new pools (`WqHandle::drop` sets
+        // `destroyed` and then passes through `config`).
+        if self.destroyed.load(SeqCst) {
+            return None;
+        }
+        let run = cfg.auto.as_mut()?;
+        let before = run.clone();
+        if !run.sample(now, completed, &pools) {
+            return Some(run.next_at());
+        }
+        let attrs = cfg.attrs.clone();
+        let released = match self.apply(&mut cfg, attrs) {
+            Ok(released) => Some(released),
+            Err(_) => {
+                if let Some(run) = cfg.auto.as_mut() {
+                    run.refused(before);
+                }
+                None
+            }
+        };
+        let next = cfg.auto.as_ref().map(AutoRun::next_at);
+        drop(cfg);
+        drop(released);
+        next
     }
 }
 
