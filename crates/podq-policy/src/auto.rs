@@ -154,8 +154,10 @@ impl Ladder {
     }
 }
 
-/// The controller's thresholds and limits. Defaults are for 100 ms windows.
+/// The controller's thresholds and limits. Defaults are for 100 ms windows. In JSON,
+/// missing fields take their defaults and unknown ones are refused.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct AutoConfig {
     /// Windows with fewer finished items are too quiet to judge.
     pub min_items: u64,
@@ -215,11 +217,45 @@ impl Default for AutoConfig {
     }
 }
 
+impl AutoConfig {
+    /// Checks the values: shares in `0..=1`, the exit threshold not above the enter
+    /// one, at least one confirmation window and one switch per rate span.
+    pub fn validate(&self) -> Result<(), String> {
+        let shares = [
+            ("lock_wait_enter", self.lock_wait_enter),
+            ("lock_wait_exit", self.lock_wait_exit),
+            ("saturated_busy", self.saturated_busy),
+            ("idle_busy", self.idle_busy),
+            ("min_idle_share", self.min_idle_share),
+            ("spill_share", self.spill_share),
+            ("regression", self.regression),
+            ("min_gain", self.min_gain),
+            ("same_load", self.same_load),
+        ];
+        if let Some((name, value)) = shares.iter().find(|(_, v)| !(0.0..=1.0).contains(v)) {
+            return Err(format!("{name} = {value}: must be a share in 0..=1"));
+        }
+        if self.lock_wait_exit > self.lock_wait_enter {
+            return Err(format!(
+                "lock_wait_exit = {} is above lock_wait_enter = {}",
+                self.lock_wait_exit, self.lock_wait_enter
+            ));
+        }
+        if self.confirm_windows == 0 || self.max_switches == 0 || self.rate_windows == 0 {
+            return Err("confirm_windows, max_switches and rate_windows must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
 /// One pod's statistics over a window.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PodWindow {
     /// The pod's CPUs (its pool's pod mask).
     pub cpus: CpuSet,
+    /// How many CPUs' worth of time the pod can use: its CPUs, or on a topology mapped
+    /// onto fewer real CPUs, the real CPUs they run on. Busy and wait shares are of this.
+    pub capacity: usize,
     /// Items queued onto the pod's pool.
     pub queued: u64,
     /// Items its workers started.
@@ -299,12 +335,13 @@ pub enum Reason {
         /// The scope it would have switched to.
         toward: Scope,
     },
-    /// Lock contention and imbalance at once: each fix worsens the other.
+    /// Lock contention and imbalance at once, of similar weight: each fix worsens the
+    /// other.
     Conflict {
         /// The hot lock's wait share.
         wait_share: f64,
-        /// Saturated CPUs.
-        saturated_cpus: usize,
+        /// What spreading could gain: the busy gap times the idle share of the CPUs.
+        spread_gain: f64,
     },
     /// Narrower: a pool's lock is contended.
     LockContention {
@@ -365,11 +402,12 @@ impl fmt::Display for Reason {
             }
             Reason::Conflict {
                 wait_share,
-                saturated_cpus,
+                spread_gain,
             } => write!(
                 f,
-                "conflict: lock wait {:.1}% and {saturated_cpus} saturated CPUs",
-                pct(*wait_share)
+                "conflict: lock wait {:.1}% against {:.1}% to gain by spreading",
+                pct(*wait_share),
+                pct(*spread_gain)
             ),
             Reason::LockContention {
                 pool_cpus,
@@ -635,7 +673,7 @@ struct Signals {
 
 fn signals(ladder: &Ladder, rung: usize, config: &AutoConfig, window: &Window) -> Signals {
     let secs = window.duration_ns.max(1) as f64 / 1e9;
-    let capacity = |cpus: &CpuSet| window.duration_ns.max(1) as f64 * cpus.len().max(1) as f64;
+    let capacity = |w: &PodWindow| window.duration_ns.max(1) as f64 * w.capacity.max(1) as f64;
     let pods = &ladder.rungs[rung].pods;
     let by_cpus: HashMap<&CpuSet, &PodWindow> = window.pods.iter().map(|w| (&w.cpus, w)).collect();
     let measured = |pod: &CpuSet| by_cpus.get(pod).copied();
@@ -647,7 +685,7 @@ fn signals(ladder: &Ladder, rung: usize, config: &AutoConfig, window: &Window) -
     let mut queued_total = 0u64;
     for pod in pods {
         let w = measured(pod);
-        let busy = w.map_or(0.0, |w| w.busy_ns as f64 / capacity(pod));
+        let busy = w.map_or(0.0, |w| w.busy_ns as f64 / capacity(w));
         busiest = busiest.max(busy);
         idlest = idlest.min(busy);
         let Some(w) = w else {
@@ -655,7 +693,7 @@ fn signals(ladder: &Ladder, rung: usize, config: &AutoConfig, window: &Window) -
             continue;
         };
         if w.lock_acquisitions >= config.min_acquisitions {
-            let wait = w.lock_wait_ns as f64 / capacity(pod);
+            let wait = w.lock_wait_ns as f64 / capacity(w);
             if hot_lock.map_or(true, |(_, best, _)| wait > best) {
                 let contended = w.lock_contended as f64 / w.lock_acquisitions as f64;
                 hot_lock = Some((pod.len(), wait, contended));
@@ -722,11 +760,11 @@ fn propose(
     s: &Signals,
 ) -> Result<Proposal, Reason> {
     let rung = state.rung;
-    let hot = s
+    let mut hot = s
         .hot_lock
         .filter(|&(_, wait, _)| wait >= config.lock_wait_enter);
     let idle_enough = s.idle.len() as f64 >= config.min_idle_share * s.saturated.len() as f64;
-    let imbalanced = !s.saturated.is_empty() && !s.idle.is_empty() && idle_enough;
+    let mut imbalanced = !s.saturated.is_empty() && !s.idle.is_empty() && idle_enough;
     // The narrowest wider rung with a pod joining saturated CPUs and idle ones.
     let joining = (rung + 1..ladder.rungs.len()).find(|&r| {
         ladder.rungs[r]
@@ -734,11 +772,22 @@ fn propose(
             .iter()
             .any(|p| p.intersects(&s.saturated) && p.intersects(&s.idle))
     });
+    // Both at once: each fix worsens the other. Weigh what the lock costs (the share of
+    // the pool's time spent waiting) against what spreading could gain (the busy gap
+    // times the idle share of the CPUs); act only on a clear winner.
     if let (Some((_, wait, _)), true) = (hot, imbalanced && (state.strict || joining.is_some())) {
-        return Err(Reason::Conflict {
-            wait_share: wait,
-            saturated_cpus: s.saturated.len(),
-        });
+        let idle_share = s.idle.len() as f64 / (s.idle.len() + s.saturated.len()) as f64;
+        let spread_gain = (s.saturated_busy - s.idle_busy).max(0.0) * idle_share;
+        if spread_gain >= 2.0 * wait {
+            hot = None;
+        } else if wait >= 2.0 * spread_gain {
+            imbalanced = false;
+        } else {
+            return Err(Reason::Conflict {
+                wait_share: wait,
+                spread_gain,
+            });
+        }
     }
     if imbalanced && state.strict {
         return Ok(Proposal {
@@ -1024,6 +1073,7 @@ mod tests {
         let queued = if busy > 0.0 { 1000 } else { 0 };
         PodWindow {
             cpus: cpus.clone(),
+            capacity: cpus.len(),
             queued,
             started: queued,
             backlog,
@@ -1080,6 +1130,32 @@ mod tests {
 
     fn scopes(ladder: &Ladder) -> Vec<Scope> {
         ladder.rungs().iter().map(|r| r.scope).collect()
+    }
+
+    #[test]
+    fn configs_are_checked() {
+        assert_eq!(AutoConfig::default().validate(), Ok(()));
+        let bad = |c: AutoConfig| c.validate().unwrap_err();
+        let e = bad(AutoConfig {
+            idle_busy: 1.5,
+            ..AutoConfig::default()
+        });
+        assert_eq!(e, "idle_busy = 1.5: must be a share in 0..=1");
+        let e = bad(AutoConfig {
+            lock_wait_exit: 0.1,
+            ..AutoConfig::default()
+        });
+        assert!(e.starts_with("lock_wait_exit = 0.1 is above"), "{e}");
+        assert!(bad(AutoConfig {
+            confirm_windows: 0,
+            ..AutoConfig::default()
+        })
+        .contains("confirm_windows"));
+        assert!(bad(AutoConfig {
+            saturated_busy: f64::NAN,
+            ..AutoConfig::default()
+        })
+        .contains("saturated_busy"));
     }
 
     #[test]
@@ -1315,6 +1391,43 @@ mod tests {
             Reason::Held {
                 toward: Scope::Cache
             }
+        );
+    }
+
+    /// Contention and imbalance at once: the heavier one decides, a tie holds.
+    #[test]
+    fn contention_against_imbalance_is_weighed() {
+        let (topology, ladder) = ladder("2s24c2t");
+        let config = AutoConfig::default();
+        let start = ladder.start(Scope::CacheShard, false);
+        let decide_with = |wait: f64| {
+            let w = window(&ladder, &start, |p| {
+                let mut pod = piled_on_node0(&topology)(p);
+                if pod.busy_ns > 0 && pod.backlog > 0 {
+                    pod.lock_wait_ns = (wait * WINDOW_NS as f64 * p.len() as f64) as u64;
+                }
+                pod
+            });
+            let mut st = start.clone();
+            let mut last = None;
+            for _ in 0..3 {
+                let (next, d) = decide(&ladder, &config, st, &w);
+                st = next;
+                last = Some(d);
+            }
+            last.unwrap()
+        };
+        // Spreading gains (0.875 - 0.0625) * 1/2 = 40.6%.
+        let widen = decide_with(0.1);
+        assert_eq!((widen.switched, widen.scope), (true, Scope::System));
+        let narrow = decide_with(0.9);
+        assert_eq!((narrow.switched, narrow.scope), (true, Scope::Smt));
+        let tie = decide_with(0.4);
+        assert!(!tie.switched);
+        assert!(
+            matches!(tie.reason, Reason::Conflict { .. }),
+            "{:?}",
+            tie.reason
         );
     }
 

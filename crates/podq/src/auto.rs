@@ -39,6 +39,9 @@ use crate::stats::PoolStats;
 use crate::sync::{lock_std as lock, wait_std};
 use crate::Error;
 
+/// Switches kept in [`AutoStats::history`].
+pub const HISTORY: usize = 64;
+
 /// The window of a workqueue on `auto` unless its builder names one.
 pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
 
@@ -74,6 +77,8 @@ pub struct AutoStats {
     pub switch_failures: u64,
     /// The last switch, with its reason.
     pub last_switch: Option<Switch>,
+    /// The last [`HISTORY`] switches, oldest first.
+    pub history: Vec<Switch>,
     /// The reason of the last window's decision.
     pub last_reason: Reason,
     /// Window length in nanoseconds.
@@ -109,6 +114,16 @@ impl Tally {
     }
 }
 
+/// One pool's statistics as the sampler read them.
+pub(crate) struct PoolSample {
+    pub(crate) id: u64,
+    /// Its pod mask.
+    pub(crate) pod: CpuSet,
+    /// The real CPUs the pod's CPUs run on.
+    pub(crate) capacity: usize,
+    pub(crate) stats: PoolStats,
+}
+
 /// A workqueue's `auto` controller and its sampling (all M).
 #[derive(Clone, Debug)]
 pub(crate) struct AutoRun {
@@ -121,6 +136,8 @@ pub(crate) struct AutoRun {
     state: AutoState,
     last_reason: Reason,
     switch_failures: u64,
+    /// The last switches, oldest first (at most [`HISTORY`]).
+    history: Vec<Switch>,
     /// When the last sample was taken, and the next is due.
     last_at: Instant,
     next_at: Instant,
@@ -156,6 +173,7 @@ impl AutoRun {
             settings: settings.clone(),
             last_reason: Reason::Start,
             switch_failures: 0,
+            history: Vec::new(),
             last_at: now,
             next_at: now + settings.window,
             seen: HashMap::new(),
@@ -179,14 +197,9 @@ impl AutoRun {
     }
 
     /// Takes the sample due at `now`: `completed` is the workqueue's finished items,
-    /// `pools` every pool its pwqs use, with its pod mask. Returns whether the
-    /// controller switched.
-    pub(crate) fn sample(
-        &mut self,
-        now: Instant,
-        completed: u64,
-        pools: &[(u64, CpuSet, PoolStats)],
-    ) -> bool {
+    /// `pools` every pool its pwqs use, with its pod mask and the number of real CPUs
+    /// the pod runs on. Returns whether the controller switched.
+    pub(crate) fn sample(&mut self, now: Instant, completed: u64, pools: &[PoolSample]) -> bool {
         let mut window = Window {
             duration_ns: u64::try_from((now - self.last_at).as_nanos()).unwrap_or(u64::MAX),
             completed: completed.saturating_sub(self.completed),
@@ -194,7 +207,13 @@ impl AutoRun {
             places: PlaceCounts::default(),
         };
         let mut seen = HashMap::with_capacity(pools.len());
-        for (id, pod, stats) in pools {
+        for PoolSample {
+            id,
+            pod,
+            capacity,
+            stats,
+        } in pools
+        {
             let now_tally = Tally::of(stats);
             seen.insert(*id, now_tally);
             let Some(before) = self.seen.get(id) else {
@@ -205,6 +224,7 @@ impl AutoRun {
             window.places.off_llc += d(|t| t.off_llc);
             window.pods.push(PodWindow {
                 cpus: pod.clone(),
+                capacity: *capacity,
                 queued: d(|t| t.queued),
                 started: d(|t| t.started),
                 backlog: now_tally.queued.saturating_sub(now_tally.started),
@@ -222,6 +242,12 @@ impl AutoRun {
         let (state, decision) = decide(&self.ladder, &self.settings.config, state, &window);
         self.state = state;
         self.last_reason = decision.reason;
+        if let (true, Some(switch)) = (decision.switched, self.state.last_switch()) {
+            if self.history.len() == HISTORY {
+                self.history.remove(0);
+            }
+            self.history.push(switch.clone());
+        }
         decision.switched
     }
 
@@ -229,6 +255,7 @@ impl AutoRun {
     /// state (the scope in force did not change) but keeping the new baseline.
     pub(crate) fn refused(&mut self, before: AutoRun) {
         self.state = before.state;
+        self.history = before.history;
         self.switch_failures += 1;
     }
 
@@ -240,6 +267,7 @@ impl AutoRun {
             switches: self.state.switches(),
             switch_failures: self.switch_failures,
             last_switch: self.state.last_switch().cloned(),
+            history: self.history.clone(),
             last_reason: self.last_reason.clone(),
             window_ns: u64::try_from(self.settings.window.as_nanos()).unwrap_or(u64::MAX),
         }

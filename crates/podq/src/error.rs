@@ -63,6 +63,12 @@ pub enum Error {
         /// The requested window.
         window: std::time::Duration,
     },
+    /// `auto` controller settings that make no sense.
+    #[error("invalid auto config: {reason}")]
+    InvalidAutoConfig {
+        /// What is wrong.
+        reason: String,
+    },
     /// A workqueue name that is empty.
     #[error("workqueue name must not be empty")]
     EmptyName,

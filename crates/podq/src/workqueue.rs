@@ -394,6 +394,10 @@ impl WorkqueueBuilder {
                 window: self.auto.window,
             });
         }
+        self.auto
+            .config
+            .validate()
+            .map_err(|reason| Error::InvalidAutoConfig { reason })?;
         let live = self.topology.is_none();
         let topology = match self.topology {
             Some(t) => t,
@@ -1191,12 +1195,16 @@ impl WqShared {
         // Counters first, without `config` (the lock order puts `pwqs` after it).
         let completed = self.counters.completed.get();
         let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
-        let mut pools: Vec<(u64, CpuSet, PoolStats)> = Vec::new();
+        let mut pools: Vec<auto::PoolSample> = Vec::new();
         for pwq in &pwqs {
             let core = &pwq.pool.core;
-            if pools.iter().all(|(id, _, _)| *id != core.id) {
-                let stats = PoolStats::from_counters(&core.stats);
-                pools.push((core.id, core.key.pod.clone(), stats));
+            if pools.iter().all(|p| p.id != core.id) {
+                pools.push(auto::PoolSample {
+                    id: core.id,
+                    pod: core.key.pod.clone(),
+                    capacity: self.cpu_map.reals(&core.key.pod).len(),
+                    stats: PoolStats::from_counters(&core.stats),
+                });
             }
         }
         drop(pwqs);
