@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod ctl;
 mod monitor;
+mod sim;
 mod table;
 mod target;
 mod topo;
@@ -34,6 +35,8 @@ enum Command {
     Monitor(monitor::MonitorArgs),
     /// Benchmark podq across affinity scopes, and against peer executors.
     Bench(Box<bench::BenchArgs>),
+    /// Simulate the bench workloads on a many-CPU machine we don't have.
+    Sim(Box<sim::SimArgs>),
 }
 
 fn main() -> ExitCode {
@@ -43,6 +46,7 @@ fn main() -> ExitCode {
         Command::Ctl(args) => ctl::run(args),
         Command::Monitor(args) => monitor::run(args),
         Command::Bench(args) => bench::run(&args),
+        Command::Sim(args) => sim::run(&args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

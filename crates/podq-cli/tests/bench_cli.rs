@@ -113,7 +113,7 @@ fn peers_workload_runs_every_peer_on_both_tests() {
         .concat(),
     );
     let results = results(&report, "peers");
-    for test in ["queue", "latency"] {
+    for test in ["queue", "latency", "throughput_spawn", "throughput_work"] {
         let systems: Vec<&str> = results
             .iter()
             .filter(|r| r["test"] == test)
@@ -132,6 +132,47 @@ fn peers_workload_runs_every_peer_on_both_tests() {
         );
     }
     assert!(report["ratios"].is_array());
+}
+
+#[test]
+fn throughput_workload_counts_calls_accepted_calls_and_runs() {
+    let report = json_of(
+        &[
+            &["bench", "throughput", "--systems", "podq,crossbeam-channel"][..],
+            &["--scopes", "cpu", "--strict", "off", "--producers", "2"],
+            &["--works", "4"],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "throughput");
+    assert_eq!(results.len(), 4);
+    for r in &results {
+        let t = &r["throughput"];
+        let (calls, accepted) = (
+            t["calls"].as_u64().unwrap(),
+            t["accepted"].as_u64().unwrap(),
+        );
+        // Every producer stops after 300 accepted calls (spawn: 300 calls), and every
+        // accepted call ran once.
+        assert_eq!(accepted, 600, "{r}");
+        assert_eq!(t["runs"], accepted, "{r}");
+        assert_eq!(r["items"], accepted, "{r}");
+        match (r["test"].as_str().unwrap(), r["system"].as_str().unwrap()) {
+            ("throughput_spawn", _) | (_, "crossbeam-channel") => assert_eq!(calls, 600, "{r}"),
+            ("throughput_work", "podq") => assert!(calls >= 600, "{r}"),
+            other => panic!("unexpected result {other:?}"),
+        }
+        assert_eq!(
+            t["mode"],
+            if r["test"] == "throughput_spawn" {
+                "spawn"
+            } else {
+                "work"
+            }
+        );
+    }
+    assert_eq!(report["settings"]["works"], 4);
 }
 
 #[test]
@@ -210,7 +251,8 @@ fn plot_and_json_files_are_written() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("crossbeam-channel"), "{table}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    assert_eq!(results(&report, "peers").len(), 4);
+    // queue, latency and the two throughput tests, for each of the two systems.
+    assert_eq!(results(&report, "peers").len(), 8);
     let text = std::fs::read_to_string(&svg).unwrap();
     let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
     let count = |class: &str| {
@@ -218,13 +260,137 @@ fn plot_and_json_files_are_written() {
             .filter(|n| n.attribute("class") == Some(class))
             .count()
     };
-    assert_eq!(count("bar"), 2);
+    // Items/s bars for queue and both throughput tests; CDFs for latency only.
+    assert_eq!(count("bar"), 6);
     assert_eq!(count("cdf"), 2);
 }
 
 #[test]
+fn rounds_and_sample_counts_are_reported() {
+    let report = json_of(&[
+        "bench",
+        "queue",
+        "--systems",
+        "crossbeam-channel",
+        "--items",
+        "300",
+        "--rounds",
+        "3",
+        "--json",
+        "-",
+        "--quiet",
+    ]);
+    let r = &results(&report, "queue")[0];
+    let rounds = r["rounds"].as_array().unwrap();
+    assert_eq!(rounds.len(), 3);
+    for round in rounds {
+        // Two producers (one per CPU at most) of 300 items each, every round.
+        assert_eq!(round["items"], r["items"].as_u64().unwrap() / 3, "{round}");
+        assert!(round["wall_seconds"].as_f64().unwrap() >= round["seconds"].as_f64().unwrap());
+    }
+    let summed: u64 = rounds.iter().map(|x| x["samples"].as_u64().unwrap()).sum();
+    assert_eq!(summed, r["latency_ns"]["count"].as_u64().unwrap());
+    assert!(report["warnings"].is_array());
+}
+
+#[test]
+fn percentiles_without_enough_samples_print_a_dash() {
+    // 30 items: p50 (20 needed) is shown, p90 (100) and above are not.
+    let out = podq(&[
+        "bench",
+        "latency",
+        "--systems",
+        "crossbeam-channel",
+        "--items",
+        "30",
+        "--rounds",
+        "1",
+        "--think",
+        "10us",
+        "--quiet",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("crossbeam-channel"))
+        .unwrap_or_else(|| panic!("no row in {text}"));
+    let cells: Vec<&str> = row
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    // system, scope, n, p50, p50 rounds, p90, p99, p99.9, max, slat stdev
+    assert_eq!(cells[2], "30", "{row}");
+    assert_ne!(cells[3], "-", "{row}");
+    assert_eq!(&cells[4..8], ["-", "-", "-", "-"], "{row}");
+    assert!(text.contains("p90 needs 100"), "{text}");
+}
+
+#[test]
+fn output_paths_are_checked_before_the_run() {
+    let started = std::time::Instant::now();
+    let out = podq(&[
+        "bench",
+        "queue",
+        "--duration",
+        "1h",
+        "--json",
+        "/nonexistent/dir/x.json",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("/nonexistent/dir/x.json"), "{err}");
+    // An hour-long run would not have ended by now.
+    assert!(started.elapsed() < std::time::Duration::from_secs(60));
+}
+
+#[test]
+fn a_bad_default_scope_in_the_environment_is_warned_about() {
+    let out = Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args([
+            "bench",
+            "queue",
+            "--systems",
+            "crossbeam-channel",
+            "--items",
+            "50",
+            "--rounds",
+            "1",
+            "--quiet",
+        ])
+        .env("PODQ_DEFAULT_AFFINITY_SCOPE", "bogus")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.matches("warning").count(), 1, "{err}");
+    assert!(
+        err.contains("PODQ_DEFAULT_AFFINITY_SCOPE") && err.contains("bogus"),
+        "{err}"
+    );
+}
+
+#[test]
 fn bad_input_is_a_usage_error_that_names_it() {
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 14] = [
+        (&["bench", "queue", "--duration", "10y"], "longer than 1h"),
+        (&["bench", "queue", "--duration", "-1"], "negative"),
+        (
+            &["bench", "queue", "--duration", "abc"],
+            "`abc` is not a duration",
+        ),
+        (&["bench", "latency", "--think", "11s"], "longer than 10s"),
+        (&["bench", "queue", "--plot", "out.png"], "SVG"),
+        (
+            &["bench", "completion", "--object-size", "0"],
+            "--object-size",
+        ),
+        (&["bench", "completion", "--depth", "0"], "--depth"),
         (&["bench", "queue", "--systems", "nope"], "nope"),
         (&["bench", "queue", "--topology", "fake:2x"], "`2x`"),
         (

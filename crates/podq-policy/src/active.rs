@@ -1,4 +1,7 @@
-//! Active-item limits: `max_active`, its per-node shares and admission of new items.
+//! Active-item limits: `max_active`, its per-node shares, admission of new items and
+//! the order waiting items are activated in.
+
+use podq_topology::CpuSet;
 
 /// The kernel's `WQ_MAX_ACTIVE`: the largest `max_active`.
 pub const WQ_MAX_ACTIVE: usize = 2048;
@@ -55,19 +58,104 @@ pub enum Admission {
     Wait,
 }
 
-/// Admission of a new item: it becomes active only when nothing of its pwq waits before
-/// it (no overtaking), the pwq is not plugged (ordered attribute change) and not already
-/// waiting for a slot, and a node slot is free.
-pub fn admission(
-    inactive_empty: bool,
-    plugged: bool,
-    pwq_waiting: bool,
-    slot_free: bool,
-) -> Admission {
-    if inactive_empty && !plugged && !pwq_waiting && slot_free {
-        Admission::Activate
+/// A pwq's queueing state, as admission and activation see it under the pwq lock.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PwqQueue {
+    /// Items of the pwq waiting for an active slot (its inactive FIFO).
+    pub inactive: usize,
+    /// Ordered workqueues: the pwq may not activate until older pwqs are gone.
+    pub plugged: bool,
+    /// The pwq is on its node's pending list, waiting for a slot.
+    pub on_pending: bool,
+}
+
+/// The admission of one new item.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Admit {
+    /// Where the item goes.
+    pub admission: Admission,
+    /// The pwq must join its node's pending list (it was not waiting, and is not
+    /// plugged); the caller then tries activation once more, since a slot may have been
+    /// freed between the failed `try_slot` and joining the list.
+    pub join_pending: bool,
+}
+
+/// Admission of a new item onto `pwq`: it becomes active only when nothing of its pwq
+/// waits before it (no overtaking), the pwq is not plugged (ordered attribute change)
+/// and not already waiting for a slot, and a node slot is free. `try_slot` takes a slot
+/// from the node counter; it is called only when the pwq is quiet, and the caller holds
+/// the slot exactly when the answer is [`Admission::Activate`].
+pub fn admit(pwq: PwqQueue, try_slot: impl FnOnce() -> bool) -> Admit {
+    let quiet = pwq.inactive == 0 && !pwq.plugged && !pwq.on_pending;
+    if quiet && try_slot() {
+        return Admit {
+            admission: Admission::Activate,
+            join_pending: false,
+        };
+    }
+    Admit {
+        admission: Admission::Wait,
+        join_pending: !pwq.on_pending && !pwq.plugged,
+    }
+}
+
+/// What activation (`node_activate_pending_pwq`) does with the pwq at the head of its
+/// node's pending list, once it has taken a slot for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Activation {
+    /// Nothing to activate (the pwq is plugged or has no inactive item): it leaves the
+    /// pending list and the slot is given back.
+    Leave,
+    /// Move its first inactive item (FIFO) to its pool. `requeue`: it has more, so it
+    /// goes to the back of the pending list (round-robin across pwqs).
+    Take {
+        /// Whether the pwq stays pending, at the back of the list.
+        requeue: bool,
+    },
+}
+
+/// The activation step for the head pwq of a pending list.
+pub fn activation(pwq: PwqQueue) -> Activation {
+    if pwq.plugged || pwq.inactive == 0 {
+        Activation::Leave
     } else {
-        Admission::Wait
+        Activation::Take {
+            requeue: pwq.inactive > 1,
+        }
+    }
+}
+
+/// The `max_active` share of every node of a workqueue (`wq_update_node_max_active`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NodeLimits {
+    /// `(node, limit)` for each node of the topology, ascending.
+    pub per_node: Vec<(usize, usize)>,
+    /// The limit of the fallback counter, charged by pools that span nodes:
+    /// `max_active` itself.
+    pub fallback: usize,
+}
+
+/// The node shares of `max_active` over the effective cpumask `effective`
+/// ([`node_max_active`] with the [`min_active`] floor). For example `max_active = 3` on
+/// 2 nodes of 4 CPUs gives each node `max(ceil(3 * 4 / 8), 3) = 3`: up to 6 items run.
+pub fn node_limits(
+    max_active: usize,
+    effective: &CpuSet,
+    topology: &podq_topology::Topology,
+) -> NodeLimits {
+    let min = min_active(max_active);
+    let total = effective.len();
+    let per_node = topology
+        .nodes()
+        .into_iter()
+        .map(|node| {
+            let cpus = effective.intersection(&topology.node_cpus(node)).len();
+            (node, node_max_active(max_active, min, cpus, total))
+        })
+        .collect();
+    NodeLimits {
+        per_node,
+        fallback: max_active,
     }
 }
 
@@ -104,14 +192,159 @@ mod tests {
         assert_eq!(min_active(WQ_DFL_ACTIVE), WQ_DFL_MIN_ACTIVE);
     }
 
+    fn q(inactive: usize, plugged: bool, on_pending: bool) -> PwqQueue {
+        PwqQueue {
+            inactive,
+            plugged,
+            on_pending,
+        }
+    }
+
+    const ACTIVATE: Admit = Admit {
+        admission: Admission::Activate,
+        join_pending: false,
+    };
+
+    fn wait(join_pending: bool) -> Admit {
+        Admit {
+            admission: Admission::Wait,
+            join_pending,
+        }
+    }
+
     #[test]
     fn admission_never_overtakes() {
-        assert_eq!(admission(true, false, false, true), Admission::Activate);
-        assert_eq!(admission(false, false, false, true), Admission::Wait);
-        assert_eq!(admission(true, true, false, true), Admission::Wait);
-        assert_eq!(admission(true, false, true, true), Admission::Wait);
-        assert_eq!(admission(true, false, false, false), Admission::Wait);
+        assert_eq!(admit(q(0, false, false), || true), ACTIVATE);
+        // No slot: wait, and join the pending list.
+        assert_eq!(admit(q(0, false, false), || false), wait(true));
+        // Items wait before it: behind them, no slot is even tried.
+        assert_eq!(admit(q(2, false, true), || panic!("no try")), wait(false));
+        assert_eq!(admit(q(1, false, false), || panic!("no try")), wait(true));
+        // Plugged: waits, but not on the pending list (unplugging puts it there).
+        assert_eq!(admit(q(0, true, false), || panic!("no try")), wait(false));
         assert!(may_activate(0, 1));
         assert!(!may_activate(1, 1));
+    }
+
+    #[test]
+    fn activation_steps() {
+        assert_eq!(activation(q(0, false, true)), Activation::Leave);
+        assert_eq!(activation(q(3, true, true)), Activation::Leave);
+        assert_eq!(
+            activation(q(1, false, true)),
+            Activation::Take { requeue: false }
+        );
+        assert_eq!(
+            activation(q(2, false, true)),
+            Activation::Take { requeue: true }
+        );
+    }
+
+    #[test]
+    fn node_limits_of_two_nodes() {
+        use podq_topology::{CpuFacts, Topology};
+        let facts = (0..8).map(|c| {
+            let node = c / 4;
+            let cpus: CpuSet = (node * 4..node * 4 + 4).collect();
+            (
+                c,
+                CpuFacts {
+                    smt: CpuSet::single(c),
+                    llc: cpus,
+                    node,
+                    package: node,
+                },
+            )
+        });
+        let topo = Topology::from_parts(CpuSet::first_n(8), CpuSet::first_n(8), facts).unwrap();
+        let all = CpuSet::first_n(8);
+        // The documented example: max_active 3 on 2 nodes lets 6 run.
+        let three = node_limits(3, &all, &topo);
+        assert_eq!(three.per_node, vec![(0, 3), (1, 3)]);
+        assert_eq!(three.fallback, 3);
+        assert_eq!(
+            node_limits(64, &all, &topo).per_node,
+            vec![(0, 32), (1, 32)]
+        );
+        // A mask on node 0 only: node 1 keeps the floor.
+        let node0: CpuSet = (0..4).collect();
+        assert_eq!(
+            node_limits(64, &node0, &topo).per_node,
+            vec![(0, 64), (1, 8)]
+        );
+    }
+
+    /// The activation order of a node with `slots` free slots and pwqs waiting with
+    /// `inactive[i]` items each, joined in index order: `(pwq, item)` in run order.
+    fn activation_order(inactive: &[usize], slots: usize) -> Vec<(usize, usize)> {
+        let mut left = inactive.to_vec();
+        let mut taken = vec![0; inactive.len()];
+        let mut pending: std::collections::VecDeque<usize> =
+            (0..inactive.len()).filter(|&i| inactive[i] > 0).collect();
+        let mut order = Vec::new();
+        while order.len() < slots {
+            let Some(p) = pending.pop_front() else { break };
+            let state = q(left[p], false, true);
+            match activation(state) {
+                Activation::Leave => {}
+                Activation::Take { requeue } => {
+                    order.push((p, taken[p]));
+                    taken[p] += 1;
+                    left[p] -= 1;
+                    if requeue {
+                        pending.push_back(p);
+                    }
+                }
+            }
+        }
+        order
+    }
+
+    #[test]
+    fn activation_round_robins_pwqs() {
+        assert_eq!(
+            activation_order(&[3, 1, 2], 10),
+            vec![(0, 0), (1, 0), (2, 0), (0, 1), (2, 1), (0, 2)]
+        );
+        assert_eq!(activation_order(&[3, 1, 2], 2), vec![(0, 0), (1, 0)]);
+    }
+
+    proptest::proptest! {
+        /// Within a pwq items activate in FIFO order, every waiting item is activated
+        /// when slots suffice, and no pwq is served twice while another waits.
+        #[test]
+        fn activation_is_fifo_and_fair(inactive in proptest::collection::vec(0usize..6, 1..6),
+                                       slots in 0usize..40) {
+            let order = activation_order(&inactive, slots);
+            let total: usize = inactive.iter().sum();
+            proptest::prop_assert_eq!(order.len(), total.min(slots));
+            let mut next = vec![0; inactive.len()];
+            for &(p, i) in &order {
+                proptest::prop_assert_eq!(i, next[p], "FIFO within a pwq");
+                next[p] += 1;
+            }
+            for (k, &(p, i)) in order.iter().enumerate() {
+                // Between this pwq's item i and i+1, each other pwq gets at most one turn.
+                if let Some(j) = order[k + 1..].iter().position(|&(q, n)| q == p && n == i + 1) {
+                    let between = &order[k + 1..k + 1 + j];
+                    for other in 0..inactive.len() {
+                        proptest::prop_assert!(between.iter().filter(|&&(q, _)| q == other).count() <= 1);
+                    }
+                }
+            }
+        }
+
+        /// Admission never lets a new item overtake one of its pwq that waits, and
+        /// never activates without a slot.
+        #[test]
+        fn admission_never_overtakes_prop(inactive in 0usize..4, plugged: bool, on_pending: bool, slot: bool) {
+            let mut tried = false;
+            let a = admit(q(inactive, plugged, on_pending), || { tried = true; slot });
+            if a.admission == Admission::Activate {
+                proptest::prop_assert!(inactive == 0 && !plugged && !on_pending && tried && slot);
+            }
+            proptest::prop_assert!(!(tried && (inactive > 0 || plugged || on_pending)));
+            proptest::prop_assert!(!(a.join_pending && (on_pending || plugged)));
+        }
     }
 }

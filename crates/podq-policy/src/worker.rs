@@ -75,6 +75,59 @@ pub fn kick(load: PoolLoad) -> Kick {
     }
 }
 
+/// [`kick`] while worker creation is cooling down after a failure (the kernel's
+/// `CREATE_COOLDOWN`): no new worker is created then, so a thread limit does not cause a
+/// storm of failing creations; the retry at the end of the cooldown kicks the pool
+/// again. `cooling` is asked only when the kick would create. Waking is unaffected.
+pub fn kick_cooled(kick: Kick, cooling: impl FnOnce() -> bool) -> Kick {
+    if kick == Kick::Create && cooling() {
+        Kick::Nothing
+    } else {
+        kick
+    }
+}
+
+/// What a worker that found its pool's worklist empty does next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum IdleStep {
+    /// Poll the worklist for at most this long, then look again under the lock.
+    Spin(Duration),
+    /// Join the idle list and park until woken, reaped or shut down.
+    Park,
+}
+
+/// Spin or park: a worker spins once, for `budget`, after each item it ran (`spun`:
+/// it already spun since); a zero budget never spins. Departure from the kernel, which
+/// never spins (see [`kick`]); [`IDLE_SPIN`] is the runtime's budget.
+pub fn idle_step(spun: bool, budget: Duration) -> IdleStep {
+    if spun || budget.is_zero() {
+        IdleStep::Park
+    } else {
+        IdleStep::Spin(budget)
+    }
+}
+
+/// A pool's idle workers, as reaping sees them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct IdleWorkers {
+    /// Idle workers.
+    pub idle: usize,
+    /// All workers, idle ones included.
+    pub workers: usize,
+    /// How long the oldest idle worker has been idle.
+    pub oldest_idle_for: Duration,
+}
+
+/// Reaping (`idle_worker_timeout`): the position in the idle list (oldest first) of the
+/// worker that should exit now, if any. Only the oldest idle worker is reaped, and only
+/// once it has been idle for `timeout` while the pool has too many idle workers
+/// ([`too_many_workers`]); workers past the first keep waiting, and the next one is
+/// looked at when its own timeout expires.
+pub fn reap(pool: IdleWorkers, timeout: Duration) -> Option<usize> {
+    let busy = pool.workers.saturating_sub(pool.idle);
+    should_reap(pool.idle, busy, pool.oldest_idle_for, timeout).then_some(0)
+}
+
 /// The idle worker to wake: a position among the `idle` idle workers (oldest first,
 /// `last_cpu(i)` giving the last CPU of the `i`-th) and whether waking it is a
 /// repatriation.
@@ -180,6 +233,42 @@ mod tests {
         assert_eq!(pick(&[5, 0, 7], false), Some((1, false)));
         assert_eq!(pick(&[1, 0, 7], false), Some((1, false)), "newest in pod");
         assert_eq!(pick(&[5, 7], false), Some((1, true)));
+    }
+
+    #[test]
+    fn cooldown_blocks_only_creation() {
+        assert_eq!(kick_cooled(Kick::Create, || true), Kick::Nothing);
+        assert_eq!(kick_cooled(Kick::Create, || false), Kick::Create);
+        assert_eq!(kick_cooled(Kick::Wake, || panic!("not asked")), Kick::Wake);
+        assert_eq!(
+            kick_cooled(Kick::Nothing, || panic!("not asked")),
+            Kick::Nothing
+        );
+    }
+
+    #[test]
+    fn spin_once_then_park() {
+        let budget = Duration::from_micros(20);
+        assert_eq!(idle_step(false, budget), IdleStep::Spin(budget));
+        assert_eq!(idle_step(true, budget), IdleStep::Park);
+        assert_eq!(idle_step(false, Duration::ZERO), IdleStep::Park);
+    }
+
+    #[test]
+    fn reaps_the_oldest_surplus_worker() {
+        let t = Duration::from_secs(300);
+        let pool = |idle, workers, secs| IdleWorkers {
+            idle,
+            workers,
+            oldest_idle_for: Duration::from_secs(secs),
+        };
+        assert_eq!(reap(pool(3, 3, 300), t), Some(0));
+        assert_eq!(reap(pool(3, 3, 299), t), None, "not idle long enough");
+        assert_eq!(reap(pool(2, 2, 900), t), None, "two idle workers are kept");
+        // 3 idle, 4 busy: (3 - 2) * 4 >= 4.
+        assert_eq!(reap(pool(3, 7, 300), t), Some(0));
+        // 3 idle, 5 busy: (3 - 2) * 4 < 5, they may all be needed soon.
+        assert_eq!(reap(pool(3, 8, 300), t), None);
     }
 
     #[test]

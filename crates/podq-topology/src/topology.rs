@@ -32,6 +32,22 @@ pub struct CpuFacts {
 /// which builds pods over *possible* CPUs once at boot: user space cannot run on CPUs
 /// outside its affinity mask, so podq builds pods over what it can use and re-builds
 /// them when that changes.
+///
+/// ```
+/// use podq_topology::{Scope, Topology};
+///
+/// // Two sockets of four cores with two threads each (x86 numbering: CPU 8 is CPU 0's
+/// // sibling), as `podq topo --synthetic 2s4c2t` shows it.
+/// let topo = Topology::synthetic("2s4c2t")?;
+/// assert_eq!(topo.usable().len(), 16);
+/// assert_eq!(topo.nodes(), [0, 1]);
+/// let smt = topo.pods(Scope::Smt)?;
+/// assert_eq!(smt.len(), 8);
+/// assert_eq!(smt.pod_of(8), smt.pod_of(0));
+/// assert_eq!(topo.pods(Scope::Numa)?.len(), 2);
+/// // This machine as this process may use it: `Topology::live()`.
+/// # Ok::<(), podq_topology::Error>(())
+/// ```
 #[derive(Clone, Debug, Serialize)]
 pub struct Topology {
     possible: CpuSet,

@@ -13,61 +13,60 @@
 //! podq ctl --pid <pid> set rpciod affinity_scope cpu
 //! ```
 //!
-//! Options: `--seconds S` (default: until killed), `--producers P` (default: one per
-//! usable CPU, at most 4), `--rate R` completions per second per producer (default
-//! 1000), `--topology SHAPE` a synthetic machine such as `2s4c2t` mapped onto the real
-//! CPUs (default: this machine). The first line printed is
+//! `--help` lists the options. The first line printed is
 //! `nfs_chain: pid <pid> socket <path>`; at the end it checks that every completion ran
 //! once on each queue and exits 1 if not.
 
 use std::hint::black_box;
+use std::io::Write;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use podq::{control, Topology, Workqueue};
 
+/// A miniature of the NFS client's completion path (CQ producers -> rpciod -> nfsiod),
+/// with the control server on so that `podq ctl` and `podq monitor` can reach it.
+#[derive(Parser)]
+#[command(
+    name = "nfs_chain",
+    after_help = "Examples:\n  nfs_chain --seconds 60 --topology 2s4c2t\n  podq monitor --pid <pid>\n  podq ctl --pid <pid> set rpciod affinity_scope cpu"
+)]
 struct Options {
+    /// Run for this many seconds, then check the counts [default: until killed].
+    #[arg(long, value_parser = positive)]
     seconds: Option<f64>,
-    producers: Option<usize>,
+    /// Producer threads (completion queues) [default: one per usable CPU, at most 4].
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=4096))]
+    producers: Option<u64>,
+    /// Completions per second per producer.
+    #[arg(long, default_value_t = 1000.0, value_parser = positive)]
     rate: f64,
+    /// A synthetic machine such as 2s4c2t, mapped onto the real CPUs [default: this
+    /// machine].
+    #[arg(long, value_name = "SHAPE")]
     topology: Option<String>,
 }
 
-fn parse_args() -> Result<Options, String> {
-    let mut options = Options {
-        seconds: None,
-        producers: None,
-        rate: 1000.0,
-        topology: None,
-    };
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let positive = |text: &str| {
-            text.parse::<f64>()
-                .ok()
-                .filter(|v| v.is_finite() && *v > 0.0)
-                .ok_or_else(|| format!("{flag}: `{text}` is not a positive number"))
-        };
-        match flag.as_str() {
-            "--seconds" => options.seconds = Some(positive(&value)?),
-            "--rate" => options.rate = positive(&value)?,
-            "--producers" => {
-                let n = value
-                    .parse::<usize>()
-                    .ok()
-                    .filter(|&n| n > 0)
-                    .ok_or_else(|| format!("{flag}: `{value}` is not a count above 0"))?;
-                options.producers = Some(n);
-            }
-            "--topology" => options.topology = Some(value),
-            other => return Err(format!("unknown option `{other}`")),
-        }
+fn positive(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|v| v.is_finite() && *v > 0.0 && *v <= 1e9)
+        .ok_or_else(|| format!("`{text}` is not a number in (0, 1e9]"))
+}
+
+/// Prints a line and flushes it (the first line is read by scripts as it comes). A
+/// reader that went away (`nfs_chain | head -1`) does not stop the run: the exit status
+/// still says whether every completion ran once.
+fn say(line: &str) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    match writeln!(out, "{line}").and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => other,
     }
-    Ok(options)
 }
 
 /// FNV-1a over the block: the "I/O" work of one item.
@@ -86,7 +85,7 @@ struct Counts {
 }
 
 fn run() -> Result<bool, Box<dyn std::error::Error>> {
-    let options = parse_args()?;
+    let options = Options::parse();
     let topology = match &options.topology {
         Some(shape) => Topology::synthetic(shape)?,
         None => Topology::live()?,
@@ -100,14 +99,16 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     rpciod.expose()?;
     nfsiod.expose()?;
     let server = control::start()?;
-    println!(
+    say(&format!(
         "nfs_chain: pid {} socket {}",
         std::process::id(),
         server.path().display()
-    );
+    ))?;
 
     let usable: Vec<usize> = topology.usable().iter().collect();
-    let producers = options.producers.unwrap_or(usable.len().min(4));
+    let producers = options
+        .producers
+        .map_or(usable.len().min(4), |n| n as usize);
     let counts = Arc::new(Counts::default());
     let stop = Arc::new(AtomicBool::new(false));
     let period = Duration::from_secs_f64(1.0 / options.rate);
@@ -167,16 +168,16 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
     let nfs = counts.nfs_done.load(Ordering::Relaxed);
     let rpc_stats = rpciod.stats().totals;
     let nfs_stats = nfsiod.stats().totals;
-    println!(
+    say(&format!(
         "nfs_chain: submitted {submitted}, rpciod ran {rpc} (started {}), nfsiod ran {nfs} \
          (started {})",
         rpc_stats.started, nfs_stats.started
-    );
+    ))?;
     let exact = submitted == rpc && rpc == nfs;
     if exact {
-        println!("nfs_chain: every completion ran once on each queue");
+        say("nfs_chain: every completion ran once on each queue")?;
     } else {
-        println!("nfs_chain: LOST OR DUPLICATED ITEMS");
+        say("nfs_chain: LOST OR DUPLICATED ITEMS")?;
     }
     Ok(exact)
 }

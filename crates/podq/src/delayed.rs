@@ -17,6 +17,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use crate::sync::lock_std as lock;
 use crate::work::{Work, WorkInner};
 use crate::workqueue::WqShared;
+use crate::Error;
 
 /// Where a delayed item was last armed: its workqueue and requested CPU.
 type Target = (Weak<WqShared>, Option<usize>);
@@ -97,25 +98,28 @@ impl DelayedWork {
 }
 
 /// Arms (or with `modify`, re-arms) `dwork` on `wq`. Returns whether it was armed
-/// (plain) or whether it was pending before (`modify`).
+/// (plain) or whether it was pending before (`modify`). Refused, leaving `dwork` as it
+/// was, while `wq` is draining and the caller is not one of its items, as every queue
+/// call is.
 pub(crate) fn queue(
     wq: &Arc<WqShared>,
     dwork: &DelayedWork,
     delay: Duration,
     cpu: Option<usize>,
     modify: bool,
-) -> bool {
+) -> Result<bool, Error> {
+    wq.check_accepting()?;
     let on_timer = !delay.is_zero();
     let state = &dwork.work.inner.state;
     let (answer, seq) = if modify {
         match state.repend(on_timer) {
             Some((was_pending, seq)) => (was_pending, seq),
-            None => return false,
+            None => return Ok(false),
         }
     } else {
         match state.try_pend(on_timer) {
             Some(seq) => (true, seq),
-            None => return false,
+            None => return Ok(false),
         }
     };
     *lock(&dwork.target) = Some((Arc::downgrade(wq), cpu));
@@ -131,9 +135,12 @@ pub(crate) fn queue(
             cpu,
         });
     } else {
+        // Past the check above, this call counts as made before any drain that began
+        // since: like an item queued just before, it is queued and the drain waits for
+        // it (refusing it now would lose the instance `repend` replaced).
         wq.enqueue_pending(work, seq, cpu);
     }
-    answer
+    Ok(answer)
 }
 
 /// Cancels every item of workqueue `wq_id` still on the timer; returns how many.

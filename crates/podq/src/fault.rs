@@ -18,9 +18,7 @@ use podq_topology::CpuSet;
 
 use crate::Error;
 
-/// The kernel's `CREATE_COOLDOWN`: how long a pool waits before retrying a failed
-/// worker creation.
-pub const CREATE_COOLDOWN: Duration = Duration::from_secs(1);
+pub use crate::policy::CREATE_COOLDOWN;
 
 /// A: the create cooldown in nanoseconds.
 static COOLDOWN_NS: AtomicU64 = AtomicU64::new(CREATE_COOLDOWN.as_nanos() as u64);

@@ -53,6 +53,11 @@ pub mod testing;
 mod work;
 mod workqueue;
 
+/// The README's library quick-start, run as doc tests so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+pub struct ReadmeDoctests;
+
 /// Every decision of the runtime as a pure function (the `podq-policy` crate), shared
 /// with the simulator.
 pub use podq_policy as policy;
@@ -60,7 +65,7 @@ pub use podq_policy as policy;
 /// The topology layer (everything of `podq_topology`), plus [`topology::refresh`], which
 /// re-reads the usable CPUs and re-pods live workqueues.
 pub mod topology {
-    pub use crate::workqueue::refresh::refresh;
+    pub use crate::workqueue::refresh::{refresh, NotRepodded, NotRepoddedReason, Refreshed};
     pub use podq_topology::*;
 }
 

@@ -174,16 +174,12 @@ impl Pool {
         let pod = key.pod.clone();
         let mask = key.cpumask.clone().unwrap_or_else(|| pod.clone());
         let pod_real = map.reals(&pod);
-        let allowed = if key.strict {
-            pod_real.clone()
-        } else {
-            map.reals(&mask)
-        };
+        let allowed = map.reals(key.allowed_cpus());
         let virt_of_real = map.virtual_table(&pod, &mask, pod.first().unwrap_or(0));
         Pool {
             core: Arc::new(PoolCore {
                 id,
-                concurrency: pod.len().max(1),
+                concurrency: key.concurrency(),
                 key,
                 topology,
                 allowed,
@@ -265,7 +261,7 @@ impl PoolCore {
 
     /// Decides (under the lock) whether to wake or start a worker.
     fn kick_locked(&self, st: &mut PoolState) -> Action {
-        match policy::kick(self.load(st)) {
+        match policy::kick_cooled(policy::kick(self.load(st)), || rescue::cooling(self.id)) {
             Kick::Nothing => Action::Nothing,
             Kick::Wake => {
                 let last_cpu = |i: usize| st.slots[st.idle[i]].as_ref().map_or(0, |s| s.last_cpu);
@@ -285,9 +281,6 @@ impl PoolCore {
                     .map_or(Action::Nothing, Action::Unpark)
             }
             Kick::Create => {
-                if rescue::cooling(self.id) {
-                    return Action::Nothing; // the manager retries after the cooldown
-                }
                 let slot = WorkerSlot {
                     thread: None,
                     last_cpu: self.key.pod.first().unwrap_or(0),
@@ -364,6 +357,27 @@ impl PoolCore {
 /// The kernel sees a worker sleep; user space does not, and podq runs at most one worker
 /// per pod CPU, so an item that waits (I/O, locks, joins) should wrap the wait in
 /// `blocking`. podq's own waits (`join`, `flush`, `cancel_sync`, `drain`) do so already.
+///
+/// ```
+/// use std::time::Duration;
+///
+/// let wq = podq::Workqueue::builder("doc-io").build()?;
+/// // Without `blocking`, these sleeps would take turns on the pool's few workers.
+/// let reads: Vec<_> = (0..4)
+///     .map(|i| {
+///         wq.spawn(move || {
+///             let bytes = podq::blocking(|| {
+///                 std::thread::sleep(Duration::from_millis(10)); // stands for a read
+///                 512 * i
+///             });
+///             bytes + 1
+///         })
+///     })
+///     .collect();
+/// let total: usize = reads.into_iter().map(|r| r.join().unwrap()).sum();
+/// assert_eq!(total, 512 * 6 + 4);
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     struct Leave(Arc<PoolCore>);
     impl Drop for Leave {
@@ -423,9 +437,9 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         if st.shutdown {
             break;
         }
-        if !spun {
+        if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
             spun = true;
-            st = spin(&pool.state, &pool.pushes, st);
+            st = spin(&pool.state, &pool.pushes, st, budget);
             continue; // the worklist is checked again under the lock
         }
         st.go_idle(index, pool.worker_cpu());
@@ -468,29 +482,30 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
 
 /// Sleep/wake, spinner side (under the lock, after finding the worklist empty): counts
 /// the worker spinning, polls `pushes` (the pool's push count) without the lock for at most
-/// [`policy::IDLE_SPIN`], and returns the lock with the worker no longer spinning.
+/// `budget` ([`policy::idle_step`]), and returns the lock with the worker no longer spinning.
 /// Queuers skip the wake-up for items a spinner will take (`policy::kick`), so the
 /// caller must check the worklist under the returned lock before going idle.
 fn spin<'a>(
     state: &'a Mutex<PoolState>,
     pushes: &AtomicU64,
     mut st: MutexGuard<'a, PoolState>,
+    budget: Duration,
 ) -> MutexGuard<'a, PoolState> {
     st.nr_spinning += 1;
     let seen = pushes.load(Relaxed);
     drop(st);
-    poll_pushes(pushes, seen);
+    poll_pushes(pushes, seen, budget);
     let mut st = lock(state);
     st.nr_spinning -= 1;
     st
 }
 
-/// Polls `pushes` until it moves past `seen` or [`policy::IDLE_SPIN`] passes: a few
-/// pause loops, then yields, so a producer on the same CPU gets to run.
+/// Polls `pushes` until it moves past `seen` or `budget` passes: a few pause loops,
+/// then yields, so a producer on the same CPU gets to run.
 #[cfg(not(loom))]
-fn poll_pushes(pushes: &AtomicU64, seen: u64) {
+fn poll_pushes(pushes: &AtomicU64, seen: u64, budget: Duration) {
     const PAUSES: u32 = 64;
-    let deadline = Instant::now() + policy::IDLE_SPIN;
+    let deadline = Instant::now() + budget;
     let mut rounds = 0u32;
     while pushes.load(Relaxed) == seen {
         if rounds < PAUSES {
@@ -507,7 +522,7 @@ fn poll_pushes(pushes: &AtomicU64, seen: u64) {
 /// The loom stand-in: one look and a yield (loom has no clock; any bound will do,
 /// since the caller decides under the lock).
 #[cfg(loom)]
-fn poll_pushes(pushes: &AtomicU64, seen: u64) {
+fn poll_pushes(pushes: &AtomicU64, seen: u64, _budget: Duration) {
     if pushes.load(Relaxed) == seen {
         loom::thread::yield_now();
     }
@@ -523,10 +538,13 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, boo
             let repatriate = slot.repatriate;
             return Some((st, repatriate));
         }
-        let idle_for = slot.idle_since.elapsed();
-        let oldest = st.idle.front() == Some(&index);
-        let busy = st.nr_workers - st.idle.len();
-        let reap = oldest && policy::should_reap(st.idle.len(), busy, idle_for, pool.idle_timeout);
+        let idle = policy::IdleWorkers {
+            idle: st.idle.len(),
+            workers: st.nr_workers,
+            oldest_idle_for: slot.idle_since.elapsed(),
+        };
+        let position = st.idle.iter().position(|&i| i == index);
+        let reap = position.is_some() && policy::reap(idle, pool.idle_timeout) == position;
         if st.shutdown || reap {
             st.idle.retain(|&i| i != index);
             st.slots[index] = None;
@@ -550,8 +568,8 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, boo
 fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) {
     let Entry { task, meta } = entry;
     let (work, mut seq) = match task {
-        Task::Once(f) => {
-            execute(pool, mine, &meta, 0, f);
+        Task::Once(task) => {
+            execute(pool, mine, &meta, 0, || task.run());
             return meta.pwq.complete(meta.gen);
         }
         Task::Work { work, seq } => (work, seq),
@@ -717,7 +735,7 @@ mod loom_tests {
                         }
                         if !spun {
                             spun = true;
-                            st = spin(&state, &pushes, st);
+                            st = spin(&state, &pushes, st, policy::IDLE_SPIN);
                             continue;
                         }
                         st.go_idle(0, 0);

@@ -14,7 +14,7 @@
 //! earlier); readers derive rates from successive snapshots.
 //!
 //! What a worker records for the items of its own pool (starts, completions, locality,
-//! latencies, dequeue lock acquisitions) goes to its own [`WorkerCounters`]: shared
+//! latencies, dequeue lock acquisitions) goes to its own `WorkerCounters`: shared
 //! counters would cost a locked add per event on a cache line every worker writes. A
 //! snapshot sums the live workers' counters with the pool's shared ones, into which an
 //! exiting worker folds its own. Other recorders (rescuers, a worker running a handed-off

@@ -136,8 +136,8 @@ pub(crate) enum Task {
         /// Which queueing this entry is (stale once the item's sequence moved on).
         seq: u32,
     },
-    /// A one-shot closure (`spawn`); returns its panic message if it panicked.
-    Once(Box<dyn FnOnce() -> Option<String> + Send>),
+    /// A one-shot closure (`spawn`).
+    Once(crate::join::OnceTask),
 }
 
 /// One queued item: what to run and the accounting it carries. Holding the pwq keeps

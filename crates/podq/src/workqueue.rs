@@ -22,15 +22,15 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::sync::ShardedLock;
 use podq_topology::{CpuSet, Scope, Topology};
 
-use crate::attrs::PoolKey;
+use crate::attrs::{self, PoolKey};
 use crate::auto::{self, AutoRun};
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
-use crate::policy::{self, Admission};
+use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 use crate::sync::lock_std as lock;
@@ -91,6 +91,9 @@ struct WqHandle {
 struct Config {
     attrs: Attrs,
     effective_scope: Scope,
+    /// Pwqs that left the table, with their pools, until they are gone: teardown waits
+    /// for them and joins their pools' workers.
+    retired: Vec<(Weak<Pwq>, Arc<PoolCore>)>,
     /// The controller choosing the scope while the requested one resolves to `auto`.
     auto: Option<AutoRun>,
 }
@@ -264,6 +267,20 @@ pub fn default_scope() -> Scope {
 /// switches to it at once (queued items finish on their old pools). `Default` itself is
 /// refused; `Auto` makes those workqueues choose their scope themselves, each with its
 /// own controller (see [`crate::auto`]).
+///
+/// ```
+/// use podq::{Scope, Workqueue};
+///
+/// let follows = Workqueue::builder("doc-follows").build()?; // on Scope::Default
+/// let fixed = Workqueue::builder("doc-fixed").scope(Scope::Cpu).build()?;
+/// let before = podq::default_scope();
+/// podq::set_default_scope(Scope::Numa)?;
+/// assert_eq!(follows.effective_scope(), Scope::Numa);
+/// assert_eq!(fixed.effective_scope(), Scope::Cpu);
+/// assert!(podq::set_default_scope(Scope::Default).is_err());
+/// podq::set_default_scope(before)?;
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
     if scope == Scope::Default {
         return Err(Error::DefaultScope { scope });
@@ -321,8 +338,15 @@ impl WorkqueueBuilder {
         self
     }
 
-    /// System-wide limit of active items, `1..=2048` (default 1024, the kernel's
-    /// `WQ_DFL_ACTIVE`); ignored for ordered workqueues, which run one at a time.
+    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
+    /// ignored for ordered workqueues, which run one at a time.
+    ///
+    /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
+    /// cpumask gets a share proportional to its CPUs, rounded up and never below
+    /// `min(max_active, 8)` (`WQ_DFL_MIN_ACTIVE`, so no node starves), and pools that
+    /// span nodes share a counter of `max_active` itself. The shares can add up to
+    /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
+    /// run, 3 on each node ([`policy::node_limits`]).
     pub fn max_active(mut self, n: usize) -> Self {
         self.max_active = n;
         self
@@ -398,10 +422,12 @@ impl WorkqueueBuilder {
             .config
             .validate()
             .map_err(|reason| Error::InvalidAutoConfig { reason })?;
-        let live = self.topology.is_none();
-        let topology = match self.topology {
-            Some(t) => t,
-            None => cpu::live_topology(),
+        let (topology, live) = match self.topology {
+            Some(t) => {
+                let live = refresh::is_live_machine(&t);
+                (t, live)
+            }
+            None => (cpu::live_topology(), true),
         };
         let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
         let attrs = Attrs {
@@ -412,7 +438,7 @@ impl WorkqueueBuilder {
             max_active: if self.ordered { 1 } else { self.max_active },
             ordered: self.ordered,
         };
-        attrs.validate()?;
+        attrs::validate(&attrs)?;
         pool::start_manager()?;
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
@@ -421,7 +447,7 @@ impl WorkqueueBuilder {
             node_index[n] = i;
         }
         let shared = Arc::new(WqShared {
-            id: NEXT_WQ_ID.fetch_add(1, SeqCst) as u64,
+            id: NEXT_WQ_ID.fetch_add(1, Relaxed) as u64,
             name: self.name,
             ordered: self.ordered,
             topology_id: topology_id(&topology),
@@ -435,6 +461,7 @@ impl WorkqueueBuilder {
                 attrs: attrs.clone(),
                 effective_scope: Scope::BUILTIN_DEFAULT,
                 auto: None,
+                retired: Vec::new(),
             }),
             table: ShardedLock::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
@@ -536,6 +563,22 @@ impl Workqueue {
 
     /// Queues `work` on the pod of `cpu` (it only picks the pod; it does not pin). A CPU
     /// that is not usable in the topology acts as [`Workqueue::queue`].
+    ///
+    /// ```
+    /// use podq::{Scope, Topology, Work, Workqueue};
+    ///
+    /// // A fake two-socket machine: its CPUs 0-15 are mapped onto the real ones.
+    /// let wq = Workqueue::builder("doc-queue-on")
+    ///     .topology(Topology::synthetic("2s4c2t")?)
+    ///     .scope(Scope::Numa)
+    ///     .build()?;
+    /// let work = Work::new(|| {});
+    /// assert!(wq.queue_on(12, &work)); // runs on node 1's pool (CPUs 4-7, 12-15)
+    /// work.flush();
+    /// assert!(wq.queue_node(0, &work)); // a CPU of node 0
+    /// wq.flush();
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn queue_on(&self, cpu: usize, work: &Work) -> bool {
         self.shared().queue_work(work, Some(cpu)).unwrap_or(false)
     }
@@ -577,20 +620,46 @@ impl Workqueue {
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
-    /// was already pending. When the timer fires, the pod is chosen from the CPU the
-    /// timer thread runs on, as the kernel does.
+    /// was already pending, or the workqueue is draining and the caller is not one of
+    /// its items (see [`Workqueue::try_queue_delayed`] for the reason). When the timer
+    /// fires, the pod is chosen from the CPU the timer thread runs on, as the kernel
+    /// does; an item armed before a drain began is queued when it fires, drain or not.
     pub fn queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed`], with a draining workqueue reported as an error
+    /// ([`Error::Draining`]).
+    pub fn try_queue_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, false)
     }
 
     /// As [`Workqueue::queue_delayed`], queueing on the pod of `cpu` when it fires.
     pub fn queue_delayed_on(&self, cpu: usize, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_queue_delayed_on(cpu, dwork, delay)
+            .unwrap_or(false)
+    }
+
+    /// As [`Workqueue::queue_delayed_on`], with a draining workqueue reported as an error.
+    pub fn try_queue_delayed_on(
+        &self,
+        cpu: usize,
+        dwork: &DelayedWork,
+        delay: Duration,
+    ) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, Some(cpu), false)
     }
 
     /// `mod_delayed_work`: (re)arms `dwork` with `delay` whatever its state; a pending
-    /// instance is replaced. Returns whether one was pending.
+    /// instance is replaced. Returns whether one was pending; false also when the
+    /// workqueue is draining and the caller is not one of its items (nothing changes
+    /// then; see [`Workqueue::try_mod_delayed`]).
     pub fn mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> bool {
+        self.try_mod_delayed(dwork, delay).unwrap_or(false)
+    }
+
+    /// As [`Workqueue::mod_delayed`], with a draining workqueue reported as an error.
+    pub fn try_mod_delayed(&self, dwork: &DelayedWork, delay: Duration) -> Result<bool, Error> {
         delayed::queue(self.shared(), dwork, delay, None, true)
     }
 
@@ -628,13 +697,35 @@ impl Workqueue {
         self.shared().change(|a| a.nice = nice)
     }
 
-    /// Changes `max_active`; waiting items are activated at once if it rises.
-    /// Refused for ordered workqueues.
+    /// Changes `max_active` (enforced per node: see [`WorkqueueBuilder::max_active`]);
+    /// waiting items are activated at once if it rises. Refused for ordered workqueues.
     pub fn set_max_active(&self, n: usize) -> Result<(), Error> {
         self.shared().set_max_active(n)
     }
 
-    /// A snapshot of this workqueue's statistics.
+    /// A snapshot of this workqueue's statistics: its own item totals and, per pool it
+    /// uses, workers, lock contention, locality and latency percentiles (zeros when the
+    /// `stats` feature is off).
+    ///
+    /// ```
+    /// use podq::Workqueue;
+    ///
+    /// let wq = Workqueue::builder("doc-stats").build()?;
+    /// for i in 0..100 {
+    ///     drop(wq.spawn(move || i * 2));
+    /// }
+    /// wq.flush();
+    /// let stats = wq.stats();
+    /// # #[cfg(feature = "stats")]
+    /// assert_eq!(stats.totals.completed, 100);
+    /// for pool in &stats.pools {
+    ///     println!(
+    ///         "pool {} (cpus {}): {} workers, queue->start p99 {} ns",
+    ///         pool.id, pool.pod_cpus, pool.workers, pool.queue_to_start_ns.p99
+    ///     );
+    /// }
+    /// # Ok::<(), podq::Error>(())
+    /// ```
     pub fn stats(&self) -> WorkqueueStats {
         self.shared().stats_snapshot()
     }
@@ -656,7 +747,7 @@ impl WqShared {
         let mut cfg = lock(&wq.config);
         cfg.attrs.max_active = n;
         let effective = read(&wq.table).unbound.clone();
-        wq.update_node_max(&cfg.attrs, &effective);
+        wq.store_node_limits(&policy::node_limits(n, &effective, &wq.topology));
         drop(cfg);
         for node in &wq.nodes {
             wq.activate(node);
@@ -676,6 +767,7 @@ impl Drop for WqHandle {
             pool::blocking(|| wq.drain());
         }
         pool::stop_rescuer(wq.id);
+        let retired = std::mem::take(&mut lock(&wq.config).retired);
         wq.destroyed.store(true, SeqCst);
         // An `auto` switch in progress finishes before the table goes; later ones see
         // `destroyed`.
@@ -702,11 +794,21 @@ impl Drop for WqHandle {
             !st.dead
         });
         wq.unplug_oldest();
-        let cores: Vec<Arc<PoolCore>> = retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
+        let mut cores: Vec<Arc<PoolCore>> =
+            retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
         // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
         // join them here (never from a worker, and never under a lock).
         drop(retiring);
         if pool::current_wq() == 0 {
+            // Pwqs retired by earlier attribute changes: their last item's worker drops
+            // its reference right after completing it, which may stop their pool, a
+            // moment after the drain saw them empty. Wait for that, then join.
+            for (pwq, core) in retired {
+                while pwq.strong_count() > 0 {
+                    std::thread::yield_now();
+                }
+                cores.push(core);
+            }
             for core in cores {
                 core.join_if_stopped();
             }
@@ -733,7 +835,7 @@ fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_
 }
 
 impl WqShared {
-    fn check_accepting(&self) -> Result<(), Error> {
+    pub(crate) fn check_accepting(&self) -> Result<(), Error> {
         let refused = self.destroyed.load(SeqCst)
             || (self.draining.load(SeqCst) > 0 && pool::current_wq() != self.id);
         if refused {
@@ -823,9 +925,8 @@ impl WqShared {
                 },
             };
             let node = &self.nodes[pwq.node];
-            let quiet = st.inactive.is_empty() && !st.plugged && !st.on_pending;
-            let slot = quiet && node.try_inc();
-            match policy::admission(st.inactive.is_empty(), st.plugged, st.on_pending, slot) {
+            let admit = policy::admit(st.queue(), || node.try_inc());
+            match admit.admission {
                 Admission::Activate => {
                     drop(st);
                     pwq.pool.core.push(entry);
@@ -834,7 +935,7 @@ impl WqShared {
                     self.counters.max_active_waits.inc();
                     pwq.pool.core.stats.items.max_active_waits.inc();
                     st.inactive.push_back(entry);
-                    let join_pending = !st.on_pending && !st.plugged;
+                    let join_pending = admit.join_pending;
                     if join_pending {
                         st.on_pending = true;
                         lock(&node.pending).push_back(Arc::clone(&pwq));
@@ -854,20 +955,14 @@ impl WqShared {
     /// The pwq for a queue call: that of `cpu` if usable, else of the selected CPU.
     fn pick_pwq(&self, cpu: Option<usize>, local: usize) -> Option<Arc<Pwq>> {
         let table = read(&self.table);
-        let usable = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
-        let cpu = match cpu {
-            Some(c) if usable(c) => c,
-            _ => {
-                let chosen = policy::select_cpu(local, &table.unbound, RR_LAST.with(Cell::get));
-                if chosen != local {
-                    RR_LAST.with(|r| r.set(Some(chosen)));
-                }
-                chosen
-            }
-        };
-        match table.cpu_pwq.get(cpu) {
-            Some(Some(pwq)) => Some(Arc::clone(pwq)),
-            _ => table.dfl.clone(),
+        let has_pwq = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
+        let pick = policy::pick_pwq(cpu, has_pwq, local, &table.unbound, RR_LAST.with(Cell::get));
+        if let Some(rr) = pick.rr_last {
+            RR_LAST.with(|r| r.set(Some(rr)));
+        }
+        match pick.pwq {
+            PwqChoice::Cpu(c) => table.cpu_pwq[c].clone(),
+            PwqChoice::Default => table.dfl.clone(),
         }
     }
 
@@ -883,22 +978,18 @@ impl WqShared {
                 pending.pop_front().expect("checked non-empty")
             };
             let mut st = lock(&pwq.state);
-            let next = if st.plugged {
-                None
-            } else {
-                st.inactive.pop_front()
-            };
-            match next {
-                None => {
+            match policy::activation(st.queue()) {
+                Activation::Leave => {
                     st.on_pending = false;
                     drop(st);
                     node.nr.fetch_sub(1, SeqCst);
                 }
-                Some(entry) => {
-                    if st.inactive.is_empty() {
-                        st.on_pending = false;
-                    } else {
+                Activation::Take { requeue } => {
+                    let entry = st.inactive.pop_front().expect("activation takes an item");
+                    if requeue {
                         lock(&node.pending).push_back(Arc::clone(&pwq));
+                    } else {
+                        st.on_pending = false;
                     }
                     drop(st);
                     pwq.pool.core.push(entry);
@@ -954,93 +1045,99 @@ impl WqShared {
     /// must not happen under a lock an item might want.
     fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
         // Prepare.
-        attrs.validate()?;
-        let usable = &self.usable_now();
-        let effective = refresh::effective_cpumask(&attrs.cpumask, usable, &self.topology)?;
+        attrs::validate(&attrs)?;
+        // `auto` chooses the concrete scope and strictness the plan is made for; the
+        // requested attributes (`auto` included) are what the workqueue keeps.
+        let usable = self.usable_now();
         let requested = attrs.scope.resolve(default_scope());
         // Ordered workqueues have one pool whatever the scope: nothing to choose.
         let auto = if requested == Scope::Auto && !self.ordered {
-            let strict = attrs.strict;
-            let previous = cfg.auto.as_ref();
-            let settings = &self.auto_settings;
-            let in_force = cfg.effective_scope;
+            let effective =
+                policy::hotplug_cpumask(&attrs.cpumask, &usable, self.topology.usable())?;
             Some(AutoRun::plan(
-                previous,
-                settings,
-                in_force,
-                strict,
+                cfg.auto.as_ref(),
+                &self.auto_settings,
+                cfg.effective_scope,
+                attrs.strict,
                 &self.topology,
                 &effective,
             )?)
         } else {
             None
         };
-        let (scope, strict) = match &auto {
-            Some(run) => (run.scope(), run.strict()),
-            None if requested == Scope::Auto => (cfg.effective_scope, attrs.strict),
-            None => (requested, attrs.strict),
-        };
-        let pool_attrs = Attrs {
-            strict,
-            ..attrs.clone()
-        };
-        let layout = if self.ordered {
-            None
-        } else {
-            Some(self.topology.pods(scope)?)
+        let planned = match &auto {
+            Some(run) => Attrs {
+                scope: run.scope(),
+                strict: run.strict(),
+                ..attrs.clone()
+            },
+            None if requested == Scope::Auto => Attrs {
+                scope: cfg.effective_scope,
+                ..attrs.clone()
+            },
+            None => attrs.clone(),
         };
         let old_table = Arc::clone(&read(&self.table));
-        let mut reuse: HashMap<u64, Arc<Pwq>> = HashMap::new();
+        let mut old: Vec<Arc<Pwq>> = Vec::new();
         for pwq in old_table
             .cpu_pwq
             .iter()
             .flatten()
             .chain(old_table.dfl.iter())
         {
-            reuse.insert(pwq.pool.core.id, Arc::clone(pwq));
-        }
-        let older_alive = !lock(&self.pwqs).is_empty();
-        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
-        let mut pwq_for = |pod: CpuSet| -> Arc<Pwq> {
-            let pool = self.pool_for(pod, &pool_attrs, &effective);
-            if let Some(p) = reuse.get(&pool.core.id) {
-                return Arc::clone(p);
+            if !old.iter().any(|p| Arc::ptr_eq(p, pwq)) {
+                old.push(Arc::clone(pwq));
             }
-            let node = policy::pool_node(&pool.core.key.pod, |c| self.topology.node_of(c))
-                .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
-            let pwq = Arc::new(Pwq {
-                wq: Arc::clone(self),
-                pool,
-                node,
-                state: Mutex::new(PwqState {
-                    inactive: VecDeque::new(),
-                    in_flight: InFlight::default(),
-                    on_pending: false,
-                    plugged: self.ordered && older_alive,
-                    current: true,
-                    dead: false,
-                }),
-            });
-            reuse.insert(pwq.pool.core.id, Arc::clone(&pwq));
-            fresh.push(Arc::clone(&pwq));
-            pwq
+        }
+        let old_keys: Vec<PoolKey> = old.iter().map(|p| p.pool.core.key.clone()).collect();
+        let current = policy::Current {
+            pools: &old_keys,
+            pwqs_alive: !lock(&self.pwqs).is_empty(),
         };
-        let dfl = pwq_for(effective.clone());
-        let size = usable.last().map_or(0, |c| c + 1);
-        let cpu_pwq: Vec<Option<Arc<Pwq>>> = (0..size)
-            .map(|cpu| {
-                if !usable.contains(cpu) {
-                    return None;
+        let shape = policy::WqShape {
+            topology: &self.topology,
+            topology_id: self.topology_id,
+            ordered: self.ordered,
+            idle_timeout: self.idle_timeout,
+            default_scope: default_scope(),
+        };
+        let plan = policy::plan(&current, &planned, &usable, &shape)?;
+        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
+        let pwqs: Vec<Arc<Pwq>> = plan
+            .pools
+            .iter()
+            .map(|planned| {
+                if let Some(i) = planned.reused {
+                    return Arc::clone(&old[i]);
                 }
-                let Some(layout) = &layout else {
-                    return Some(Arc::clone(&dfl));
-                };
-                let pod = layout.pod_of(cpu).map(|p| &layout.pod_cpus[p]);
-                let mask =
-                    pod.map_or_else(|| effective.clone(), |p| policy::pod_cpumask(p, &effective));
-                Some(pwq_for(mask))
+                let node = planned
+                    .node
+                    .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
+                let pwq = Arc::new(Pwq {
+                    wq: Arc::clone(self),
+                    pool: self.pool_for(&planned.key),
+                    node,
+                    state: Mutex::new(PwqState {
+                        inactive: VecDeque::new(),
+                        in_flight: InFlight::default(),
+                        on_pending: false,
+                        plugged: plan.plugged,
+                        current: true,
+                        dead: false,
+                    }),
+                });
+                fresh.push(Arc::clone(&pwq));
+                pwq
             })
             .collect();
+        let cpu_pwq: Vec<Option<Arc<Pwq>>> = plan
+            .cpu_pool
+            .iter()
+            .map(|p| p.map(|i| Arc::clone(&pwqs[i])))
+            .collect();
+        let dfl = Arc::clone(&pwqs[0]);
+        let effective = plan.effective.clone();
+        let scope = plan.scope;
         let table = Arc::new(Table {
             cpu_pwq,
             dfl: Some(dfl),
@@ -1067,13 +1164,24 @@ impl WqShared {
                     st.dead = true;
                     retired.push(Arc::clone(p));
                 }
+                if !st.current && !st.dead {
+                    let known = cfg
+                        .retired
+                        .iter()
+                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
+                    if !known {
+                        cfg.retired
+                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
+                    }
+                }
                 !st.dead
             });
         }
+        cfg.retired.retain(|(w, _)| w.strong_count() > 0);
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
         cfg.auto = auto;
-        self.update_node_max(&cfg.attrs, &effective);
+        self.store_node_limits(&plan.limits);
         self.unplug_oldest();
         for node in &self.nodes {
             self.activate(node);
@@ -1084,22 +1192,14 @@ impl WqShared {
         })
     }
 
-    /// The shared pool for a pod mask under `attrs`, created if none is alive.
-    fn pool_for(&self, pod: CpuSet, attrs: &Attrs, effective: &CpuSet) -> Arc<Pool> {
-        let key = PoolKey {
-            topology: self.topology_id,
-            pod,
-            strict: attrs.strict,
-            nice: attrs.nice,
-            cpumask: (!attrs.strict).then(|| effective.clone()),
-            idle_timeout: self.idle_timeout,
-        };
+    /// The shared pool for `key`, created if none is alive.
+    fn pool_for(&self, key: &PoolKey) -> Arc<Pool> {
         let mut pools = lock(pools());
-        if let Some(pool) = pools.get(&key).and_then(Weak::upgrade) {
+        if let Some(pool) = pools.get(key).and_then(Weak::upgrade) {
             return pool;
         }
         pools.retain(|_, p| p.strong_count() > 0);
-        let id = NEXT_POOL_ID.fetch_add(1, SeqCst) as u64;
+        let id = NEXT_POOL_ID.fetch_add(1, Relaxed) as u64;
         let pool = Arc::new(Pool::new(
             id,
             key.clone(),
@@ -1107,23 +1207,18 @@ impl WqShared {
             &self.cpu_map,
             self.idle_timeout,
         ));
-        pools.insert(key, Arc::downgrade(&pool));
+        pools.insert(key.clone(), Arc::downgrade(&pool));
         pool
     }
 
-    /// `wq_update_node_max_active`.
-    fn update_node_max(&self, attrs: &Attrs, effective: &CpuSet) {
-        let max_active = attrs.max_active;
-        let min_active = policy::min_active(max_active);
-        let total = effective.len();
-        for node in self.topology.nodes() {
-            let cpus = effective.intersection(&self.topology.node_cpus(node)).len();
-            let max = policy::node_max_active(max_active, min_active, cpus, total);
+    /// Stores the node shares of `max_active` (`wq_update_node_max_active`).
+    fn store_node_limits(&self, limits: &policy::NodeLimits) {
+        for &(node, max) in &limits.per_node {
             self.nodes[self.node_index[node]].max.store(max, SeqCst);
         }
         self.nodes[self.nodes.len() - 1]
             .max
-            .store(max_active, SeqCst);
+            .store(limits.fallback, SeqCst);
     }
 
     /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
@@ -1233,6 +1328,17 @@ impl WqShared {
         drop(cfg);
         drop(released);
         next
+    }
+}
+
+impl PwqState {
+    /// The pwq's queueing state, as admission and activation see it.
+    fn queue(&self) -> PwqQueue {
+        PwqQueue {
+            inactive: self.inactive.len(),
+            plugged: self.plugged,
+            on_pending: self.on_pending,
+        }
     }
 }
 

@@ -476,3 +476,47 @@ fn cancelled_handed_off_instance_does_not_lose_the_next_one() {
     assert_eq!(totals.started, 2);
     assert_eq!(totals.cancelled, 1);
 }
+
+#[test]
+fn drain_refuses_delayed_items_from_outside() {
+    let wq = Workqueue::builder("t-drain-delayed").build().unwrap();
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    wq.spawn(move || {
+        g.wait();
+    });
+    let runs = counter();
+    let r = runs.clone();
+    let dwork = DelayedWork::new(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    let outsider = {
+        let (wq, dwork) = (wq.clone(), dwork.clone());
+        std::thread::spawn(move || {
+            while !matches!(wq.try_queue(&Work::new(|| {})), Err(Error::Draining { .. })) {
+                std::thread::yield_now();
+            }
+            let plain = wq.queue_delayed(&dwork, Duration::ZERO);
+            let tried = wq.try_queue_delayed(&dwork, Duration::from_millis(1));
+            let on = wq.try_queue_delayed_on(0, &dwork, Duration::ZERO);
+            let modified = wq.try_mod_delayed(&dwork, Duration::ZERO);
+            gate.wait();
+            (plain, tried, on, modified)
+        })
+    };
+    wq.drain();
+    let (plain, tried, on, modified) = outsider.join().unwrap();
+    assert!(!plain, "queue_delayed is refused while draining");
+    assert!(matches!(tried, Err(Error::Draining { .. })), "{tried:?}");
+    assert!(matches!(on, Err(Error::Draining { .. })), "{on:?}");
+    assert!(
+        matches!(modified, Err(Error::Draining { .. })),
+        "{modified:?}"
+    );
+    assert!(!dwork.is_pending(), "a refused call leaves it idle");
+    assert_eq!(runs.load(SeqCst), 0);
+    // After the drain it is accepted again.
+    assert!(wq.try_queue_delayed(&dwork, Duration::ZERO).unwrap());
+    dwork.flush();
+    assert_eq!(runs.load(SeqCst), 1);
+}

@@ -1,11 +1,13 @@
-//! Queueing a re-queued `Work` allocates nothing (once the pools, the table's reader
-//! slot and the queues' capacities are warm). Syscalls and futex wakes are measured by
-//! the benchmarks, not here.
+//! Queueing a re-queued `Work` allocates nothing, and a `spawn` allocates once (the
+//! closure and its join state in one block), counted on every thread, workers
+//! included (once the pools, the table's reader slot and the queues' capacities are
+//! warm). Syscalls and futex wakes are measured by the benchmarks, not here.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::sync::Mutex;
 
 use podq::{Scope, Work, Workqueue};
 
@@ -15,11 +17,19 @@ thread_local! {
     static COUNTING: Cell<bool> = const { Cell::new(false) };
 }
 static ALLOCS: AtomicUsize = AtomicUsize::new(0);
+/// Count allocations on every thread, not only where `COUNTING` is set.
+static COUNT_ALL: AtomicBool = AtomicBool::new(false);
+/// The tests share the counters: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn counting() -> bool {
+    COUNT_ALL.load(SeqCst) || COUNTING.with(Cell::get)
+}
 
 // SAFETY: forwards every call to the system allocator unchanged; only counts.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
+        if counting() {
             ALLOCS.fetch_add(1, SeqCst);
         }
         // SAFETY: same contract as ours.
@@ -32,7 +42,7 @@ unsafe impl GlobalAlloc for Counting {
     }
 
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        if COUNTING.with(Cell::get) {
+        if counting() {
             ALLOCS.fetch_add(1, SeqCst);
         }
         // SAFETY: same contract as ours.
@@ -45,6 +55,7 @@ static GLOBAL: Counting = Counting;
 
 #[test]
 fn requeueing_work_does_not_allocate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     for scope in [Scope::Cpu, Scope::System] {
         let wq = Workqueue::builder(format!("hot-{scope}"))
             .scope(scope)
@@ -103,5 +114,43 @@ fn requeueing_work_does_not_allocate() {
         COUNTING.with(|c| c.set(false));
         assert!(ALLOCS.load(SeqCst) > 0);
         assert_eq!(handle.join().unwrap(), 1);
+    }
+}
+
+#[test]
+fn spawn_allocates_once_per_item_on_all_threads() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    for scope in [Scope::Cpu, Scope::System] {
+        let wq = Workqueue::builder(format!("spawn-{scope}"))
+            .scope(scope)
+            .build()
+            .unwrap();
+        let cpu = wq.topology().usable().first().unwrap();
+        podq::pin_thread_to(cpu, wq.topology()).unwrap();
+        let flood = |n: u64| -> u64 {
+            let handles: Vec<_> = (0..n).map(|i| wq.spawn(move || i * 2)).collect();
+            handles.into_iter().map(|h| h.join().unwrap()).sum()
+        };
+        const N: u64 = 2000;
+        // Warm: workers, worklist and inactive-list capacities for N items at once.
+        for _ in 0..3 {
+            flood(N);
+        }
+        let mut handles = Vec::with_capacity(N as usize);
+        ALLOCS.store(0, SeqCst);
+        COUNT_ALL.store(true, SeqCst);
+        for i in 0..N {
+            handles.push(wq.spawn(move || i * 2));
+        }
+        let sum: u64 = handles.into_iter().map(|h| h.join().unwrap()).sum();
+        COUNT_ALL.store(false, SeqCst);
+        assert_eq!(sum, N * (N - 1));
+        let allocs = ALLOCS.load(SeqCst);
+        assert!(
+            allocs <= N as usize,
+            "{allocs} allocations for {N} spawns ({scope})"
+        );
+        // The counter does count: each spawn is one block.
+        assert!(allocs >= N as usize, "{allocs} allocations for {N} spawns");
     }
 }

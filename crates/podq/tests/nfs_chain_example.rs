@@ -90,3 +90,35 @@ fn scopes_change_live_under_load() {
     );
     assert!(!socket.exists(), "the socket is removed at exit");
 }
+
+#[test]
+fn help_prints_the_options() {
+    let out = Command::new(example()).arg("--help").output().unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    for option in [
+        "--seconds",
+        "--producers",
+        "--rate",
+        "--topology",
+        "Examples:",
+    ] {
+        assert!(text.contains(option), "{option} missing in:\n{text}");
+    }
+}
+
+#[test]
+fn a_closed_stdout_does_not_stop_the_check() {
+    // The reader has gone before the first line: every write meets a broken pipe.
+    let mut child = Command::new(example())
+        .args(["--seconds", "0.3", "--rate", "100"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{:?}: {stderr}", out.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

@@ -405,3 +405,41 @@ fn max_active_is_enforced_per_node() {
     assert_eq!(wq.attrs().max_active, 16);
     assert_eq!(wq.spawn(|| 9).join().unwrap(), 9);
 }
+
+/// The kernel's per-node `max_active` rule, as documented on the builder: shares
+/// rounded up with the `min(max_active, 8)` floor, so `max_active(3)` on 2 nodes lets
+/// 6 items run at once, and never more.
+#[test]
+fn max_active_3_on_two_nodes_runs_up_to_6() {
+    let wq = Workqueue::builder("pods-max-active")
+        .topology(fake_topology(2, 1, 4, 1))
+        .scope(Scope::Numa)
+        .max_active(3)
+        .build()
+        .unwrap();
+    let running = Arc::new(AtomicUsize::new(0));
+    let peak = Arc::new(AtomicUsize::new(0));
+    let handles: Vec<_> = (0..16)
+        .map(|i| {
+            let (running, peak) = (running.clone(), peak.clone());
+            let work = move || {
+                let now = running.fetch_add(1, SeqCst) + 1;
+                peak.fetch_max(now, SeqCst);
+                // Hold the slot until six run or a while passes (a bound, not a figure).
+                let deadline = Instant::now() + Duration::from_secs(2);
+                while peak.load(SeqCst) < 6 && Instant::now() < deadline {
+                    podq::blocking(|| std::thread::sleep(Duration::from_millis(1)));
+                }
+                running.fetch_sub(1, SeqCst);
+            };
+            podq::set_thread_cpu(Some(if i % 2 == 0 { 0 } else { 4 }));
+            let handle = wq.spawn(work);
+            podq::set_thread_cpu(None);
+            handle
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    assert_eq!(peak.load(SeqCst), 6, "3 per node on 2 nodes");
+}

@@ -111,7 +111,10 @@ fn refresh_repods_live_workqueues_and_loses_nothing() {
     }
 
     // CPU b goes away.
-    assert_eq!(refresh_with(CpuSet::single(a)).unwrap(), CpuSet::single(a));
+    assert_eq!(
+        refresh_with(CpuSet::single(a)).unwrap().usable,
+        CpuSet::single(a)
+    );
     assert_eq!(
         ran_on(&strict, b),
         a,
@@ -139,7 +142,7 @@ fn refresh_repods_live_workqueues_and_loses_nothing() {
     assert_eq!(pods(&fake), fake_pods, "fake topologies are not affected");
 
     // CPU b comes back.
-    assert_eq!(refresh_with(all.clone()).unwrap(), all);
+    assert_eq!(refresh_with(all.clone()).unwrap().usable, all);
     assert_eq!(ran_on(&strict, b), b);
     assert_eq!(ran_on(&only_b, a), b, "the requested cpumask applies again");
     assert_eq!(pods(&only_b), vec![b.to_string()]);
@@ -175,12 +178,12 @@ fn refresh_reads_the_narrowed_affinity() {
     set_process_affinity(&CpuSet::single(a));
     let narrowed = podq::topology::refresh();
     set_process_affinity(&all);
-    assert_eq!(narrowed.unwrap(), CpuSet::single(a));
+    assert_eq!(narrowed.unwrap().usable, CpuSet::single(a));
     for cpu in all.iter() {
         assert_eq!(ran_on(&wq, cpu), a);
     }
     assert_eq!(pods(&wq), vec![a.to_string()]);
-    let restored = podq::topology::refresh().unwrap();
+    let restored = podq::topology::refresh().unwrap().usable;
     assert_eq!(restored, all.intersection(&restored), "within the affinity");
     assert!(restored.contains(a));
     for cpu in restored.iter() {
@@ -222,4 +225,50 @@ fn workers_whose_affinity_cannot_be_set_still_run_their_items() {
     assert_eq!(runs.load(SeqCst), 10 * cpus.len(), "every item ran");
     let failures: u64 = wq.stats().pools.iter().map(|p| p.affinity_failures).sum();
     assert!(failures >= 1, "the refused pinning was counted");
+}
+
+#[test]
+fn refresh_repods_a_live_topology_passed_explicitly() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let Some((all, a, b)) = two_cpus() else {
+        return;
+    };
+    let explicit = Workqueue::builder("refresh-explicit-live")
+        .topology(podq::Topology::live().unwrap())
+        .scope(Scope::Cpu)
+        .strict(true)
+        .build()
+        .unwrap();
+    assert_eq!(ran_on(&explicit, b), b);
+    refresh_with(CpuSet::single(a)).unwrap();
+    let moved = ran_on(&explicit, b);
+    refresh_with(all).unwrap();
+    assert_eq!(moved, a, "an explicit live topology follows the refresh");
+    assert_eq!(ran_on(&explicit, b), b);
+}
+
+#[test]
+fn refresh_names_the_workqueues_it_leaves_alone() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let usable = podq::topology::live::affinity().unwrap();
+    let fake = Workqueue::builder("refresh-left-alone")
+        .topology(fake_topology(2, 1, 1, 1))
+        .build()
+        .unwrap();
+    let report = refresh_with(usable.clone()).unwrap();
+    assert_eq!(report.usable, usable);
+    let left = report
+        .not_repodded
+        .iter()
+        .find(|n| n.workqueue == "refresh-left-alone")
+        .expect("the fake-topology workqueue is reported");
+    assert_eq!(
+        left.reason,
+        podq::topology::NotRepoddedReason::NotLiveMachine
+    );
+    assert!(
+        report.to_string().contains("refresh-left-alone"),
+        "{report}"
+    );
+    drop(fake);
 }

@@ -281,3 +281,53 @@ fn a_queue_call_refused_by_a_drain_leaves_the_item_idle() {
     assert_eq!(runs.load(SeqCst), accepted, "{refused} refused calls");
     assert!(refused > 0, "the drains refused some calls");
 }
+
+/// Live threads named as workers of pool `id` (`podq/u<id>:<n>`).
+fn pool_threads(id: u64) -> usize {
+    let prefix = format!("podq/u{id}:");
+    std::fs::read_dir("/proc/self/task")
+        .expect("read /proc/self/task")
+        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+        .filter(|comm| comm.starts_with(&prefix))
+        .count()
+}
+
+#[test]
+fn drop_joins_the_workers_of_a_retiring_pool() {
+    let mut alive_after_drop = 0;
+    for round in 0..30 {
+        let wq = Workqueue::builder(format!("shut-retiring-{round}"))
+            .topology(podq::testing::fake_topology(2, 1, 1, 1))
+            .scope(podq::Scope::Cpu)
+            .build()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let started = Arc::new(Barrier::new(2));
+        let s = started.clone();
+        podq::set_thread_cpu(Some(0));
+        wq.spawn(move || {
+            s.wait();
+            let _ = rx.recv();
+        });
+        podq::set_thread_cpu(None);
+        started.wait();
+        let pool = wq
+            .stats()
+            .pools
+            .iter()
+            .find(|p| p.pod_cpus == "0" && p.workers > 0)
+            .expect("the pool of CPU 0 runs the item")
+            .id;
+        // The item keeps the old pool's pwq alive, retiring, across the change.
+        wq.set_scope(podq::Scope::System).unwrap();
+        drop(tx);
+        drop(wq);
+        if pool_threads(pool) > 0 {
+            alive_after_drop += 1;
+        }
+    }
+    assert_eq!(
+        alive_after_drop, 0,
+        "rounds in which a worker of the retiring pool outlived the drop"
+    );
+}

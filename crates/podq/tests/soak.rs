@@ -246,11 +246,14 @@ impl Producer<'_> {
             840..=869 => {
                 let delay = Duration::from_micros(self.rng.below(3000));
                 let w = &mut self.delayed[d];
-                w.accepted += 1;
-                self.tally.work_accepted.fetch_add(1, SeqCst);
-                if self.wq.mod_delayed(&w.item, delay) {
-                    w.cancelled += 1;
-                    self.tally.cancelled.fetch_add(1, SeqCst);
+                // Refused (the queue is draining): nothing changed.
+                if let Ok(replaced) = self.wq.try_mod_delayed(&w.item, delay) {
+                    w.accepted += 1;
+                    self.tally.work_accepted.fetch_add(1, SeqCst);
+                    if replaced {
+                        w.cancelled += 1;
+                        self.tally.cancelled.fetch_add(1, SeqCst);
+                    }
                 }
             }
             870..=889 => {

@@ -3,6 +3,7 @@
 //! JSON schema.
 
 pub mod alloc_model;
+mod output;
 pub mod peers;
 pub mod plot;
 pub mod podq_system;
@@ -29,6 +30,7 @@ use system::System;
 use workloads::completion::{self, CompletionParams};
 use workloads::latency::LatencyParams;
 use workloads::queue::QueueParams;
+use workloads::throughput::{self, ThroughputParams};
 use workloads::{Case, RunLength, Test};
 
 /// A mistake in the command line (exit code 2), as opposed to a failure while running.
@@ -36,7 +38,7 @@ use workloads::{Case, RunLength, Test};
 #[error("{0}")]
 pub struct UsageError(pub String);
 
-fn usage(message: impl Into<String>) -> anyhow::Error {
+pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
     UsageError(message.into()).into()
 }
 
@@ -51,7 +53,10 @@ pub enum Workload {
     Latency,
     /// The NFS-over-RDMA miniature: CQ producers, rpciod -> nfsiod, allocator model.
     Completion,
-    /// `queue` and `latency` on podq and every peer executor, with ratios.
+    /// Open loop: producers submit tiny items as fast as they can (spawn, and re-queued
+    /// items).
+    Throughput,
+    /// `queue`, `latency` and `throughput` on podq and every peer executor, with ratios.
     Peers,
 }
 
@@ -78,11 +83,13 @@ pub struct BenchArgs {
     /// Strict pods: on, off or both.
     #[arg(long, value_enum, default_value = "both")]
     pub strict: StrictArg,
-    /// Wall time of each measured run, e.g. 500ms, 2s [default: 1s; completion 3s].
-    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "items")]
+    /// Wall time of each measured run, e.g. 500ms, 2s, 1m; at most 1h [default: 1s;
+    /// completion 3s].
+    #[arg(long, value_parser = parse_run_duration, allow_hyphen_values = true, conflicts_with = "items")]
     pub duration: Option<Duration>,
-    /// Items per producer per run, instead of a duration.
-    #[arg(long)]
+    /// Items per producer per run, instead of a duration, 1 to 10^12 (`throughput`
+    /// always runs a count: default 500000).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000))]
     pub items: Option<u64>,
     /// Times each configuration runs; runs are interleaved across configurations.
     #[arg(long, default_value_t = 2)]
@@ -101,14 +108,17 @@ pub struct BenchArgs {
     /// crossbeam-channel, std-mpsc, pernode-threads [default: podq; peers: all].
     #[arg(long, value_delimiter = ',')]
     pub systems: Vec<String>,
-    /// `queue`: producer threads [default: one per usable CPU].
+    /// `queue`, `throughput`: producer threads [default: one per usable CPU].
     #[arg(long)]
     pub producers: Option<usize>,
+    /// `throughput`: prepared items each producer cycles through in the re-queue mode.
+    #[arg(long, default_value_t = throughput::DEFAULT_WORKS)]
+    pub works: usize,
     /// `latency`: the submitter's CPU [default: the first usable CPU].
     #[arg(long)]
     pub cpu: Option<usize>,
-    /// `latency`: think time between items.
-    #[arg(long, value_parser = humantime::parse_duration, default_value = "1ms")]
+    /// `latency`: think time between items, e.g. 0s, 50us, 1ms; at most 10s.
+    #[arg(long, value_parser = parse_think, allow_hyphen_values = true, default_value = "1ms")]
     pub think: Duration,
     /// `completion`: completion producers (CQs) [default: one per usable CPU].
     #[arg(long)]
@@ -145,12 +155,46 @@ pub struct BenchArgs {
     /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<String>,
-    /// Write an SVG plot: throughput bars and latency CDFs.
+    /// Write an SVG plot (the name must end in .svg): throughput bars with the rounds'
+    /// spread, latency percentiles, and for completion --toggle a time series.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+}
+
+/// The longest `--duration`: one run of an hour is already a soak, and a bound
+/// turns a typo (`10y`) into an error instead of a run that never ends.
+pub const MAX_DURATION: Duration = Duration::from_secs(3600);
+
+/// The longest `--think`.
+pub const MAX_THINK: Duration = Duration::from_secs(10);
+
+fn parse_bounded(text: &str, max: Duration, zero_ok: bool) -> Result<Duration, String> {
+    let shown = humantime::format_duration(max);
+    let expected = format!("expected a number with a unit, like 500ms, 2s or 1m, at most {shown}");
+    if text.trim_start().starts_with('-') {
+        return Err(format!("`{text}` is negative: {expected}"));
+    }
+    let d = humantime::parse_duration(text)
+        .map_err(|_| format!("`{text}` is not a duration: {expected}"))?;
+    if d > max {
+        return Err(format!("`{text}` is longer than {shown}"));
+    }
+    if d.is_zero() && !zero_ok {
+        return Err(format!("`{text}`: must be longer than zero"));
+    }
+    Ok(d)
+}
+
+/// `--duration`: above zero, at most [`MAX_DURATION`].
+pub fn parse_run_duration(text: &str) -> Result<Duration, String> {
+    parse_bounded(text, MAX_DURATION, false)
+}
+
+fn parse_think(text: &str) -> Result<Duration, String> {
+    parse_bounded(text, MAX_THINK, true)
 }
 
 fn parse_scope(text: &str) -> Result<Scope, String> {
@@ -201,8 +245,14 @@ fn build_system(name: &str, map: &CpuMap, args: &BenchArgs) -> Result<Arc<dyn Sy
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
+    let mut warnings = environment_warnings();
+    for w in &warnings {
+        eprintln!("podq: warning: {w}");
+    }
+    // Before the run, so that a bad path does not cost the whole benchmark.
+    let mut outputs = output::Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
     let spec = topology_spec(args);
-    let topology = topo::load(&spec).map_err(|e| usage(format!("--topology: {e:#}")))?;
+    let topology = topo::load(&spec)?;
     let map = CpuMap::new(topology)?;
     let systems = systems_for(args, &map)?;
     let length = match (args.items, args.duration) {
@@ -217,6 +267,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let progress = progress_bar(args, (cases.len() * args.rounds) as u64);
     let results = workloads::run_cases(&cases, &map, length, args.rounds, &progress)?;
     progress.finish_and_clear();
+    if let Some(w) = overshoot_warning(&results, length) {
+        eprintln!("podq: warning: {w}");
+        warnings.push(w);
+    }
     let report = Report {
         schema_version: report::SCHEMA_VERSION,
         workload: format!("{:?}", args.workload).to_lowercase(),
@@ -231,33 +285,78 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         },
         settings: settings_json(args, length),
         ratios: if args.workload == Workload::Peers {
-            report::ratios(&results)
+            report::ratios(&results, podq::default_scope())
         } else {
             Vec::new()
         },
         results,
+        warnings,
     };
     let text = render(args, &report, length);
-    match args.json.as_deref() {
-        Some("-") => {
-            eprint!("{text}");
-            let mut out = std::io::stdout().lock();
-            serde_json::to_writer_pretty(&mut out, &report).context("writing JSON to stdout")?;
-            writeln!(out).context("writing JSON to stdout")?;
-        }
-        Some(path) => {
-            print!("{text}");
-            let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
-            serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
-                .with_context(|| format!("writing {path}"))?;
-        }
-        None => print!("{text}"),
+    if args.json.as_deref() == Some("-") {
+        let mut err = std::io::stderr().lock();
+        err.write_all(text.as_bytes())
+            .context("writing the tables to stderr")?;
+    } else {
+        let mut out = std::io::stdout().lock();
+        out.write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .context("writing the tables to stdout")?;
     }
-    if let Some(path) = &args.plot {
-        std::fs::write(path, plot_of(&report))
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    outputs.write_json(&report)?;
+    outputs.write_plot(|| Ok(plot_of(&report)))?;
+    outputs.keep();
     Ok(())
+}
+
+/// A bad `PODQ_DEFAULT_AFFINITY_SCOPE`: podq then runs `default` workqueues on the
+/// built-in default, which would make every default-scope figure silently mean
+/// something else.
+fn environment_warnings() -> Vec<String> {
+    match Scope::process_default() {
+        Ok(_) => Vec::new(),
+        Err(e) => vec![format!(
+            "{e}; podq runs `default` workqueues on {}",
+            Scope::BUILTIN_DEFAULT
+        )],
+    }
+}
+
+/// One line for all runs whose wall time (setup, warm-up and teardown included) was
+/// more than twice the `--duration` budget: their figures come from a loaded or
+/// struggling machine, and the user's time estimate was wrong.
+fn overshoot_warning(results: &[RunResult], length: RunLength) -> Option<String> {
+    let RunLength::Duration(budget) = length else {
+        return None;
+    };
+    let budget_s = budget.as_secs_f64();
+    // Toggle segments share their run's wall time: count each run once.
+    let runs: Vec<(String, f64)> = results
+        .iter()
+        .filter(|r| r.segment.map_or(true, |s| s == 0))
+        .flat_map(|r| {
+            let name = format!(
+                "{} {} {}",
+                r.test,
+                r.system,
+                report::config_label(r.scope, r.strict)
+            );
+            r.rounds
+                .iter()
+                .map(move |round| (name.clone(), round.wall_seconds))
+        })
+        .collect();
+    let over: Vec<&(String, f64)> = runs.iter().filter(|(_, w)| *w > 2.0 * budget_s).collect();
+    let worst = over.iter().max_by(|a, b| a.1.total_cmp(&b.1))?;
+    Some(format!(
+        "{} of {} runs took more than twice their {} budget (longest: {}, {}); setup, \
+         warm-up and teardown count, and a loaded machine stretches them",
+        over.len(),
+        runs.len(),
+        humantime::format_duration(budget),
+        worst.0,
+        human_ns(worst.1 * 1e9)
+    ))
 }
 
 /// The `--topology` value, with `--synthetic` and `--sysfs-root` folded in.
@@ -275,12 +374,6 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if args.rounds == 0 {
         return Err(usage("--rounds must be at least 1"));
     }
-    if args.items == Some(0) {
-        return Err(usage("--items must be at least 1"));
-    }
-    if args.duration.is_some_and(|d| d.is_zero()) {
-        return Err(usage("--duration must be longer than zero"));
-    }
     if args.producers == Some(0) {
         return Err(usage("--producers must be at least 1"));
     }
@@ -288,8 +381,23 @@ fn validate(args: &BenchArgs) -> Result<()> {
         return Err(usage("--auto-window must be at least 1ms"));
     }
     auto_config(args)?;
+    if args.works == 0 {
+        return Err(usage("--works must be at least 1"));
+    }
     if args.depth == 0 {
         return Err(usage("--depth must be at least 1"));
+    }
+    if !(1..=4096).contains(&args.object_size) {
+        return Err(usage(format!(
+            "--object-size {} is out of range 1..=4096 bytes",
+            args.object_size
+        )));
+    }
+    if args.alloc_cache < 2 {
+        return Err(usage("--alloc-cache must be at least 2 objects"));
+    }
+    if args.cq == Some(0) {
+        return Err(usage("--cq must be at least 1"));
     }
     if !args.toggle.is_empty() && args.workload != Workload::Completion {
         return Err(usage("--toggle applies to the completion workload only"));
@@ -344,8 +452,26 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
         cpu: args.cpu,
         think: args.think,
     });
+    let throughput = |mode| {
+        Test::Throughput(ThroughputParams {
+            producers: args.producers,
+            items: args.items.unwrap_or(throughput::DEFAULT_ITEMS),
+            mode,
+            works: args.works,
+        })
+    };
     let tests = match args.workload {
-        Workload::Ladder | Workload::Peers => vec![queue, latency],
+        Workload::Ladder => vec![queue, latency],
+        Workload::Peers => vec![
+            queue,
+            latency,
+            throughput(throughput::Mode::Spawn),
+            throughput(throughput::Mode::Work),
+        ],
+        Workload::Throughput => vec![
+            throughput(throughput::Mode::Spawn),
+            throughput(throughput::Mode::Work),
+        ],
         Workload::Queue => vec![queue],
         Workload::Latency => vec![latency],
         Workload::Completion => {
@@ -437,6 +563,7 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "scopes": if args.scopes.is_empty() { Scope::CONCRETE.to_vec() } else { args.scopes.clone() },
         "strict": format!("{:?}", args.strict).to_lowercase(),
         "producers": args.producers,
+        "works": args.works,
         "cpu": args.cpu,
         "think": humantime::format_duration(args.think).to_string(),
         "cq": args.cq,
@@ -454,6 +581,10 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
 
 fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     let per_run = match length {
+        _ if args.workload == Workload::Throughput => format!(
+            "{} items per producer per run",
+            args.items.unwrap_or(throughput::DEFAULT_ITEMS)
+        ),
         RunLength::Duration(d) => format!("{} per run", humantime::format_duration(d)),
         RunLength::Items(n) => format!("{n} items per producer per run"),
     };
@@ -494,6 +625,12 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
             }
         }
     }
+    for test in ["throughput_spawn", "throughput_work"] {
+        let rows = of(test);
+        if !rows.is_empty() {
+            out.push_str(&throughput_table(test, &rows, args.works));
+        }
+    }
     let completion = of("completion");
     if !completion.is_empty() {
         out.push_str(&completion_table(&completion));
@@ -513,28 +650,64 @@ fn label(r: &RunResult) -> String {
     }
 }
 
+/// `n`: the latency samples behind a row's percentiles.
+fn samples(r: &RunResult) -> String {
+    r.latency_ns.count.to_string()
+}
+
+/// The rounds' spread of one per-round figure.
+fn spread(r: &RunResult, figure: fn(&report::Round) -> f64, unit: fn(f64) -> String) -> String {
+    let values: Vec<f64> = r.rounds.iter().map(figure).collect();
+    report::round_range(&values, unit)
+}
+
+/// The note under a table in which some percentile had too few samples.
+fn blanked_note(results: &[&RunResult], shown: &[f64]) -> String {
+    let blanked: Vec<String> = shown
+        .iter()
+        .filter(|&&p| {
+            results
+                .iter()
+                .any(|r| r.latency_ns.count < report::min_samples(p))
+        })
+        .map(|&p| format!("p{p} needs {}", report::min_samples(p)))
+        .collect();
+    if blanked.is_empty() {
+        String::new()
+    } else {
+        format!(
+            "-: too few samples for that percentile ({}; ten samples must lie beyond it)\n",
+            blanked.join(", ")
+        )
+    }
+}
+
 fn queue_table(results: &[&RunResult]) -> String {
     let rows: Vec<Vec<String>> = results
         .iter()
         .map(|r| {
+            let l = &r.latency_ns;
             vec![
                 r.system.clone(),
                 label(r),
+                samples(r),
                 human_rate(r.items_per_sec),
-                human_ns(r.latency_ns.p50 as f64),
-                human_ns(r.latency_ns.p90 as f64),
-                human_ns(r.latency_ns.p95 as f64),
+                spread(r, |x| x.items_per_sec, human_rate),
+                report::percentile_cell(l.count, 50.0, l.p50),
+                report::percentile_cell(l.count, 90.0, l.p90),
+                report::percentile_cell(l.count, 95.0, l.p95),
             ]
         })
         .collect();
     format!(
-        "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call\n{}",
+        "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call; n: queue calls\n{}{}",
         results.first().map_or(0, |r| r.producers),
         report::table(
-            &["system", "scope", "items/s", "queue p50", "p90", "p95"],
+            &["system", "scope", "n", "items/s", "rounds min … max", "queue p50", "p90", "p95"],
             &rows,
             2
-        )
+        ),
+        blanked_note(results, &[50.0, 90.0, 95.0]),
     )
 }
 
@@ -546,11 +719,24 @@ fn latency_table(results: &[&RunResult], think: Duration) -> String {
             vec![
                 r.system.clone(),
                 label(r),
-                human_ns(l.p50 as f64),
-                human_ns(l.p90 as f64),
-                human_ns(l.p99 as f64),
-                human_ns(l.p999 as f64),
-                human_ns(l.max as f64),
+                samples(r),
+                report::percentile_cell(l.count, 50.0, l.p50),
+                if r.rounds
+                    .iter()
+                    .all(|x| x.samples >= report::min_samples(50.0))
+                {
+                    spread(r, |x| x.p50_ns as f64, human_ns)
+                } else {
+                    "-".to_owned()
+                },
+                report::percentile_cell(l.count, 90.0, l.p90),
+                report::percentile_cell(l.count, 99.0, l.p99),
+                report::percentile_cell(l.count, 99.9, l.p999),
+                if l.count == 0 {
+                    "-".to_owned()
+                } else {
+                    human_ns(l.max as f64)
+                },
                 r.submit_ns
                     .as_ref()
                     .map_or("-".to_owned(), |s| human_ns(s.stdev)),
@@ -558,18 +744,70 @@ fn latency_table(results: &[&RunResult], think: Duration) -> String {
         })
         .collect();
     format!(
-        "\nlatency: one submitter, depth 1, think time {}; submit to end of item\n{}",
+        "\nlatency: one submitter, depth 1, think time {}; submit to end of item; n: items\n{}{}",
         humantime::format_duration(think),
         report::table(
             &[
                 "system",
                 "scope",
+                "n",
                 "clat p50",
+                "p50 rounds min … max",
                 "p90",
                 "p99",
                 "p99.9",
                 "max",
                 "slat stdev"
+            ],
+            &rows,
+            2
+        ),
+        blanked_note(results, &[50.0, 90.0, 99.0, 99.9]),
+    )
+}
+
+fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let t = r.throughput.as_ref();
+            let share = t.map_or("-".to_owned(), |t| {
+                if t.calls == 0 {
+                    "-".to_owned()
+                } else {
+                    format!("{:.1}%", t.accepted as f64 * 100.0 / t.calls as f64)
+                }
+            });
+            vec![
+                r.system.clone(),
+                label(r),
+                human_rate(r.items_per_sec),
+                spread(r, |x| x.items_per_sec, human_rate),
+                t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
+                share,
+                format!("{:.3}s", r.seconds),
+            ]
+        })
+        .collect();
+    let what = if test == "throughput_spawn" {
+        "one-shot tiny closures, handles dropped".to_owned()
+    } else {
+        format!(
+            "each cycling through {works} re-queued items; podq coalesces calls on pending ones"
+        )
+    };
+    format!(
+        "\n{test}: {} producer(s), open loop, {what}\n{}",
+        results.first().map_or(0, |r| r.producers),
+        report::table(
+            &[
+                "system",
+                "scope",
+                "runs/s",
+                "rounds min … max",
+                "calls/s",
+                "accepted",
+                "wall"
             ],
             &rows,
             2
@@ -585,6 +823,7 @@ fn completion_table(results: &[&RunResult]) -> String {
             format!("{:.1}%", part as f64 * 100.0 / whole as f64)
         }
     };
+    let mb = |x: f64| format!("{x:.1}");
     let rows: Vec<Vec<String>> = results
         .iter()
         .map(|r| {
@@ -599,12 +838,15 @@ fn completion_table(results: &[&RunResult]) -> String {
                 &c.idle_per_node
             };
             let idle: Vec<String> = idle.iter().map(|x| format!("{:.0}%", x * 100.0)).collect();
+            let l = &r.latency_ns;
             vec![
                 r.system.clone(),
                 label(r),
-                format!("{:.1}", c.mb_per_sec),
-                human_ns(r.latency_ns.p50 as f64),
-                human_ns(r.latency_ns.p99 as f64),
+                samples(r),
+                mb(c.mb_per_sec),
+                spread(r, |x| x.mb_per_sec.unwrap_or(0.0), mb),
+                report::percentile_cell(l.count, 50.0, l.p50),
+                report::percentile_cell(l.count, 99.0, l.p99),
                 percent(
                     c.allocator.node_lock.contended,
                     c.allocator.node_lock.acquisitions,
@@ -636,16 +878,17 @@ fn completion_table(results: &[&RunResult]) -> String {
         "idle/node"
     };
     format!(
-        "\ncompletion: {} CQ producer(s) -> rpciod -> nfsiod, 4 KiB per I/O; lock columns: contended share\n{}",
+        "\ncompletion: {} CQ producer(s) -> rpciod -> nfsiod, 4 KiB per I/O; n: I/Os; lock columns: contended share\n{}{}",
         first.map_or(0, |r| r.producers),
         report::table(
             &[
-                "system", "rpciod scope", "MB/s", "p50", "p99", "alloc lock", "alloc wait",
-                "enqueue", "dequeue", "ctxsw/s", "migr/s", idle_head
+                "system", "rpciod scope", "n", "MB/s", "rounds min … max", "p50", "p99",
+                "alloc lock", "alloc wait", "enqueue", "dequeue", "ctxsw/s", "migr/s", idle_head
             ],
             &rows,
             2
-        )
+        ),
+        blanked_note(results, &[50.0, 99.0]),
     )
 }
 
@@ -747,13 +990,28 @@ fn ratio_table(report: &Report) -> String {
                 format!("{}{}", r.peer, if r.best_peer { " (best)" } else { "" }),
                 fmt(r.peer_value),
                 format!("{:.2}x", r.ratio),
+                r.default_podq.map_or("-".to_owned(), fmt),
+                r.default_ratio
+                    .map_or("-".to_owned(), |x| format!("{x:.2}x")),
             ]
         })
         .collect();
+    let configs = report
+        .ratios
+        .iter()
+        .map(|r| r.podq_configs)
+        .max()
+        .unwrap_or(0);
+    let default = report
+        .ratios
+        .iter()
+        .find_map(|r| r.default_config.clone())
+        .unwrap_or_else(|| format!("{} (not run)", podq::default_scope()));
     format!(
-        "\npodq's best configuration against each peer (ratio = podq / peer)\n{}",
+        "\npodq against each peer (ratio = podq / peer): `best` is podq's best of its {configs} configuration(s) \
+         for each metric, picked after the run; `default` is podq on the default scope, {default}, as a user gets it\n{}",
         report::table(
-            &["metric", "podq", "value", "peer", "value", "ratio"],
+            &["metric", "podq best", "value", "peer", "value", "best ratio", "podq default", "default ratio"],
             &rows,
             4
         )
@@ -774,7 +1032,7 @@ fn plot_of(report: &Report) -> String {
     let curves: Vec<plot::Curve> = report
         .results
         .iter()
-        .filter(|r| r.test != "queue")
+        .filter(|r| r.test == "latency" || r.test == "completion")
         .map(|r| plot::Curve::of(name(r), &r.histogram))
         .collect();
     plot::svg(

@@ -20,6 +20,23 @@ use podq_topology::Scope;
 
 use super::system::placement::{self, CpuMap};
 use super::system::{Item, Queue, QueueConfig, System, Task};
+use super::workloads::throughput::tiny;
+
+/// What a channel pool's workers receive: a prepared item's shared body, or a one-shot
+/// closure (`throughput`'s spawn mode), as a hand-written pool would box it.
+enum Job {
+    Shared(Task),
+    Once(Box<dyn FnOnce() + Send>),
+}
+
+impl Job {
+    fn run(self) {
+        match self {
+            Job::Shared(task) => task(),
+            Job::Once(f) => f(),
+        }
+    }
+}
 
 /// The peer names, in the order tables show them.
 pub const NAMES: [&str; 5] = [
@@ -89,6 +106,10 @@ impl Queue for RayonQueue {
             task,
         })
     }
+
+    fn spawn_tiny(&self, seq: u64) {
+        self.0.spawn(move || tiny(seq));
+    }
 }
 
 struct RayonItem {
@@ -97,9 +118,10 @@ struct RayonItem {
 }
 
 impl Item for RayonItem {
-    fn submit(&self) {
+    fn submit(&self) -> bool {
         let task = Arc::clone(&self.task);
         self.pool.spawn(move || task());
+        true
     }
 }
 
@@ -142,6 +164,10 @@ impl Queue for TokioQueue {
             task,
         })
     }
+
+    fn spawn_tiny(&self, seq: u64) {
+        drop(self.0.spawn_blocking(move || tiny(seq)));
+    }
 }
 
 struct TokioItem {
@@ -150,16 +176,17 @@ struct TokioItem {
 }
 
 impl Item for TokioItem {
-    fn submit(&self) {
+    fn submit(&self) -> bool {
         let task = Arc::clone(&self.task);
         drop(self.handle.spawn_blocking(move || task()));
+        true
     }
 }
 
 /// Threads receiving tasks from one crossbeam channel.
 struct ChannelPool {
     name: &'static str,
-    sender: Option<Sender<Task>>,
+    sender: Option<Sender<Job>>,
     workers: Vec<JoinHandle<()>>,
 }
 
@@ -169,7 +196,7 @@ type PinPlan = Vec<(usize, usize)>;
 
 impl ChannelPool {
     fn new(name: &'static str, threads: usize, pins: Option<PinPlan>) -> Result<ChannelPool> {
-        let (sender, receiver) = unbounded::<Task>();
+        let (sender, receiver) = unbounded::<Job>();
         // Each worker reports whether it could be pinned before serving.
         let (ready_tx, ready_rx) = unbounded::<Result<()>>();
         let mut pool = ChannelPool {
@@ -194,8 +221,8 @@ impl ChannelPool {
                     if failed {
                         return;
                     }
-                    for task in receiver {
-                        task();
+                    for job in receiver {
+                        job.run();
                     }
                 })
                 .with_context(|| format!("starting a {name} worker"))?;
@@ -211,7 +238,7 @@ impl ChannelPool {
         Ok(pool)
     }
 
-    fn sender(&self) -> Sender<Task> {
+    fn sender(&self) -> Sender<Job> {
         self.sender
             .clone()
             .expect("the sender lives until the pool is dropped")
@@ -240,7 +267,7 @@ impl System for ChannelPool {
     }
 }
 
-struct ChannelQueue(Sender<Task>);
+struct ChannelQueue(Sender<Job>);
 
 impl Queue for ChannelQueue {
     fn prepare(&self, task: Task) -> Box<dyn Item> {
@@ -249,31 +276,38 @@ impl Queue for ChannelQueue {
             task,
         })
     }
+
+    fn spawn_tiny(&self, seq: u64) {
+        self.0
+            .send(Job::Once(Box::new(move || tiny(seq))))
+            .expect("pool workers outlive the queues that feed them");
+    }
 }
 
 struct ChannelItem {
-    sender: Sender<Task>,
+    sender: Sender<Job>,
     task: Task,
 }
 
 impl Item for ChannelItem {
-    fn submit(&self) {
+    fn submit(&self) -> bool {
         self.sender
-            .send(Arc::clone(&self.task))
+            .send(Job::Shared(Arc::clone(&self.task)))
             .expect("pool workers outlive the queues that feed them");
+        true
     }
 }
 
 /// The std-only pool: one `mpsc` channel whose receiver the workers share behind a
 /// mutex.
 struct MpscPool {
-    sender: Mutex<Option<mpsc::Sender<Task>>>,
+    sender: Mutex<Option<mpsc::Sender<Job>>>,
     workers: Vec<JoinHandle<()>>,
 }
 
 impl MpscPool {
     fn new(threads: usize) -> Result<MpscPool> {
-        let (sender, receiver) = mpsc::channel::<Task>();
+        let (sender, receiver) = mpsc::channel::<Job>();
         let receiver = Arc::new(Mutex::new(receiver));
         let mut workers = Vec::with_capacity(threads);
         for i in 0..threads {
@@ -283,7 +317,7 @@ impl MpscPool {
                 .spawn(move || loop {
                     let next = receiver.lock().expect("no task panics").recv();
                     match next {
-                        Ok(task) => task(),
+                        Ok(job) => job.run(),
                         Err(_) => break,
                     }
                 })
@@ -325,7 +359,7 @@ impl System for MpscPool {
     }
 }
 
-struct MpscQueue(mpsc::Sender<Task>);
+struct MpscQueue(mpsc::Sender<Job>);
 
 impl Queue for MpscQueue {
     fn prepare(&self, task: Task) -> Box<dyn Item> {
@@ -334,18 +368,25 @@ impl Queue for MpscQueue {
             task,
         })
     }
+
+    fn spawn_tiny(&self, seq: u64) {
+        self.0
+            .send(Job::Once(Box::new(move || tiny(seq))))
+            .expect("pool workers outlive the queues that feed them");
+    }
 }
 
 struct MpscItem {
-    sender: mpsc::Sender<Task>,
+    sender: mpsc::Sender<Job>,
     task: Task,
 }
 
 impl Item for MpscItem {
-    fn submit(&self) {
+    fn submit(&self) -> bool {
         self.sender
-            .send(Arc::clone(&self.task))
+            .send(Job::Shared(Arc::clone(&self.task)))
             .expect("pool workers outlive the queues that feed them");
+        true
     }
 }
 
@@ -397,7 +438,7 @@ impl System for PerNode {
 }
 
 struct PerNodeQueue {
-    senders: Vec<Sender<Task>>,
+    senders: Vec<Sender<Job>>,
     pool_of_vcpu: Arc<Vec<usize>>,
 }
 
@@ -409,21 +450,33 @@ impl Queue for PerNodeQueue {
             task,
         })
     }
+
+    fn spawn_tiny(&self, seq: u64) {
+        let pool = self
+            .pool_of_vcpu
+            .get(placement::current_vcpu())
+            .copied()
+            .unwrap_or(0);
+        self.senders[pool]
+            .send(Job::Once(Box::new(move || tiny(seq))))
+            .expect("pool workers outlive the queues that feed them");
+    }
 }
 
 struct PerNodeItem {
-    senders: Vec<Sender<Task>>,
+    senders: Vec<Sender<Job>>,
     pool_of_vcpu: Arc<Vec<usize>>,
     task: Task,
 }
 
 impl Item for PerNodeItem {
-    fn submit(&self) {
+    fn submit(&self) -> bool {
         let vcpu = placement::current_vcpu();
         let pool = self.pool_of_vcpu.get(vcpu).copied().unwrap_or(0);
         self.senders[pool]
-            .send(Arc::clone(&self.task))
+            .send(Job::Shared(Arc::clone(&self.task)))
             .expect("pool workers outlive the queues that feed them");
+        true
     }
 }
 

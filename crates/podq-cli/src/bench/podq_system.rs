@@ -12,6 +12,7 @@ use podq::policy::auto::AutoConfig;
 use podq::{Scope, Topology, Work, Workqueue};
 
 use super::system::{Item, LockCounts, PoolLockCounts, Queue, QueueConfig, System, Task};
+use super::workloads::throughput::tiny;
 
 /// podq on one topology (virtual CPUs of a fake one are mapped onto the real CPUs by
 /// podq itself).
@@ -90,6 +91,10 @@ impl Queue for PodqQueue {
         })
     }
 
+    fn spawn_tiny(&self, seq: u64) {
+        drop(self.wq.spawn(move || tiny(seq)));
+    }
+
     fn set_scope(&self, scope: Scope) -> Result<()> {
         self.wq
             .set_scope(scope)
@@ -134,10 +139,10 @@ struct PodqItem {
 }
 
 impl Item for PodqItem {
-    fn submit(&self) {
-        // The workloads re-queue an item only after its run signalled completion, and
-        // the PENDING bit clears before the function runs, so this always queues.
-        let queued = self.wq.queue(&self.work);
-        debug_assert!(queued, "a bench item was still pending when re-queued");
+    fn submit(&self) -> bool {
+        // The closed-loop workloads re-queue an item only after its run signalled
+        // completion, and the PENDING bit clears before the function runs, so there
+        // this always queues; the open-loop `throughput` counts coalesced calls.
+        self.wq.queue(&self.work)
     }
 }

@@ -40,6 +40,9 @@ pub struct Report {
     pub results: Vec<RunResult>,
     /// podq's best configuration against each peer (`peers` workload only).
     pub ratios: Vec<Ratio>,
+    /// What makes figures of this run doubtful (runs far over their budget, a bad
+    /// environment value); also printed on stderr.
+    pub warnings: Vec<String>,
 }
 
 /// The topology of a run.
@@ -62,7 +65,7 @@ pub struct TopologyInfo {
 /// One measured configuration.
 #[derive(Debug, Serialize)]
 pub struct RunResult {
-    /// `queue`, `latency` or `completion`.
+    /// `queue`, `latency`, `completion`, `throughput_spawn` or `throughput_work`.
     pub test: &'static str,
     /// `podq`, `rayon`, `tokio-spawn-blocking`, `crossbeam-channel`, `std-mpsc` or
     /// `pernode-threads`.
@@ -88,11 +91,38 @@ pub struct RunResult {
     pub submit_ns: Option<LatencySummary>,
     /// `completion` only.
     pub completion: Option<CompletionDetail>,
+    /// `throughput_spawn` and `throughput_work` only.
+    pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
+    /// Each round's own figures, in the order the rounds ran (the fields above sum
+    /// them); their spread is what the tables show as `min … max`.
+    pub rounds: Vec<Round>,
     /// The full distribution, for plots.
     #[serde(skip)]
     pub histogram: Histogram<u64>,
+}
+
+/// One round of one result.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Round {
+    /// Items completed in the round.
+    pub items: u64,
+    /// Measured wall time of the round (of its segment, for a toggle run), seconds.
+    pub seconds: f64,
+    /// Wall time of the whole run including setup, warm-up and teardown, seconds; the
+    /// budget check compares it with `--duration`.
+    pub wall_seconds: f64,
+    /// `items / seconds`.
+    pub items_per_sec: f64,
+    /// Latency samples (as `latency_ns.count`).
+    pub samples: u64,
+    /// Median of the round's latency samples.
+    pub p50_ns: u64,
+    /// 99th percentile of the round's latency samples.
+    pub p99_ns: u64,
+    /// `completion` only: the round's MB/s.
+    pub mb_per_sec: Option<f64>,
 }
 
 /// The `completion` workload's extra measurements.
@@ -235,7 +265,7 @@ impl LatencySummary {
 /// podq's best configuration against one peer.
 #[derive(Debug, Serialize)]
 pub struct Ratio {
-    /// `queue` or `latency`.
+    /// `queue`, `latency`, `throughput_spawn` or `throughput_work`.
     pub test: &'static str,
     /// `items_per_sec` (higher is better), `p50_ns` or `p99_ns` (lower is better).
     pub metric: &'static str,
@@ -251,6 +281,15 @@ pub struct Ratio {
     pub ratio: f64,
     /// Whether this peer is the best peer for the metric.
     pub best_peer: bool,
+    /// How many podq configurations `podq_config` was picked from.
+    pub podq_configs: usize,
+    /// podq on the process default scope, non-strict (the configuration a user gets
+    /// without choosing), when it was among those run: its label.
+    pub default_config: Option<String>,
+    /// Its value.
+    pub default_podq: Option<f64>,
+    /// `default_podq / peer_value`.
+    pub default_ratio: Option<f64>,
 }
 
 /// A new empty histogram of nanoseconds (1 ns to 100 s, 3 significant digits).
@@ -261,6 +300,36 @@ pub fn new_histogram() -> Histogram<u64> {
 /// Records `ns` into `h`, clamping to the histogram's range.
 pub fn record(h: &mut Histogram<u64>, ns: u64) {
     h.saturating_record(ns.max(1));
+}
+
+/// The fewest samples for which percentile `p` (in percent) is shown: ten samples must
+/// lie beyond it (above it, or below it for percentiles under the median), so
+/// `10 / min(p, 100 - p) * 100`. p50 needs 20, p90 100, p95 200, p99 1 000, p99.9
+/// 10 000, p99.99 100 000, p1 1 000. With fewer, p99.9 is one of the few largest
+/// samples (with 250 samples it is the maximum), which says nothing about the 99.9th
+/// percentile; tables print `-` instead.
+pub fn min_samples(p: f64) -> u64 {
+    let tail = p.min(100.0 - p).max(f64::MIN_POSITIVE) / 100.0;
+    (10.0 / tail).round() as u64
+}
+
+/// `value` as `human_ns`, or `-` when `count` samples are too few for percentile `p`.
+pub fn percentile_cell(count: u64, p: f64, value: u64) -> String {
+    if count >= min_samples(p) {
+        human_ns(value as f64)
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// The rounds' spread as `min … max` in `unit`, or `-` for a single round.
+pub fn round_range(values: &[f64], unit: fn(f64) -> String) -> String {
+    if values.len() < 2 {
+        return "-".to_owned();
+    }
+    let min = values.iter().copied().fold(f64::INFINITY, f64::min);
+    let max = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{} … {}", unit(min), unit(max))
 }
 
 /// Picks a time unit the way fio does: the largest that keeps `value` above 10000 of
@@ -297,7 +366,13 @@ pub fn fio_clat(name: &str, s: &LatencySummary) -> String {
     for row in s.percentiles.chunks(4) {
         let cells: Vec<String> = row
             .iter()
-            .map(|&(p, v)| format!("{p:5.2}th=[{:5}]", v / div))
+            .map(|&(p, v)| {
+                if s.count >= min_samples(p) {
+                    format!("{p:5.2}th=[{:5}]", v / div)
+                } else {
+                    format!("{p:5.2}th=[{:>5}]", "-")
+                }
+            })
             .collect();
         let _ = writeln!(out, "     | {},", cells.join(", "));
     }
@@ -342,21 +417,53 @@ pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
     crate::table::aligned(headers, rows, &align, true)
 }
 
-/// podq's best configuration against each peer, for the `queue` and `latency` tests.
-pub fn ratios(results: &[RunResult]) -> Vec<Ratio> {
-    type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool);
-    let metrics: [Metric; 3] = [
-        ("queue", "items_per_sec", |r| r.items_per_sec, true),
-        ("latency", "p50_ns", |r| r.latency_ns.p50 as f64, false),
-        ("latency", "p99_ns", |r| r.latency_ns.p99 as f64, false),
+/// podq's best configuration against each peer, for the `queue`, `throughput` and
+/// `latency` tests, with podq on `default_scope` (non-strict) beside it when that
+/// configuration ran.
+pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
+    // The percentile a metric is, if it is one: results with too few samples for it
+    // (see `min_samples`) take no part.
+    type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool, f64);
+    let metrics: [Metric; 5] = [
+        ("queue", "items_per_sec", |r| r.items_per_sec, true, 0.0),
+        (
+            "throughput_spawn",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+            0.0,
+        ),
+        (
+            "throughput_work",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+            0.0,
+        ),
+        (
+            "latency",
+            "p50_ns",
+            |r| r.latency_ns.p50 as f64,
+            false,
+            50.0,
+        ),
+        (
+            "latency",
+            "p99_ns",
+            |r| r.latency_ns.p99 as f64,
+            false,
+            99.0,
+        ),
     ];
     let mut out = Vec::new();
-    for (test, metric, value, higher_better) in metrics {
+    for (test, metric, value, higher_better, percentile) in metrics {
         let better = |a: f64, b: f64| if higher_better { a > b } else { a < b };
+        let enough =
+            |r: &RunResult| percentile == 0.0 || r.latency_ns.count >= min_samples(percentile);
         let of_test = || {
             results
                 .iter()
-                .filter(|r| r.test == test && r.segment.is_none())
+                .filter(|r| r.test == test && r.segment.is_none() && enough(r))
         };
         let Some(podq) = of_test().filter(|r| r.system == "podq").reduce(|a, b| {
             if better(value(b), value(a)) {
@@ -367,6 +474,10 @@ pub fn ratios(results: &[RunResult]) -> Vec<Ratio> {
         }) else {
             continue;
         };
+        let podq_configs = of_test().filter(|r| r.system == "podq").count();
+        let default = of_test().find(|r| {
+            r.system == "podq" && r.scope == Some(default_scope) && r.strict != Some(true)
+        });
         let peers: Vec<&RunResult> = of_test().filter(|r| r.system != "podq").collect();
         let best = peers
             .iter()
@@ -382,6 +493,10 @@ pub fn ratios(results: &[RunResult]) -> Vec<Ratio> {
                 peer_value: value(peer),
                 ratio: value(podq) / value(peer),
                 best_peer: best.is_some_and(|b| std::ptr::eq(b, *peer)),
+                podq_configs,
+                default_config: default.map(|d| config_label(d.scope, d.strict)),
+                default_podq: default.map(value),
+                default_ratio: default.map(|d| value(d) / value(peer)),
             });
         }
     }
@@ -422,7 +537,8 @@ mod tests {
             "{text}"
         );
         assert!(lines[2].ends_with(','), "{text}");
-        assert!(lines[6].starts_with("     | 99.99th=[  999]"), "{text}");
+        // 10 000 samples are too few for the 99.99th (it needs 100 000).
+        assert!(lines[6].starts_with("     | 99.99th=[    -]"), "{text}");
         assert!(!lines[6].ends_with(','), "{text}");
         for p in ["50.00th", "99.50th", "99.90th", "99.95th"] {
             assert!(text.contains(p), "{p} missing in {text}");
@@ -473,7 +589,9 @@ mod tests {
         p50: u64,
     ) -> RunResult {
         let mut h = new_histogram();
-        record(&mut h, p50);
+        for _ in 0..1_000 {
+            record(&mut h, p50);
+        }
         RunResult {
             test,
             system: system.to_owned(),
@@ -487,7 +605,9 @@ mod tests {
             latency_ns: LatencySummary::of(&h),
             submit_ns: None,
             completion: None,
+            throughput: None,
             pool_locks: None,
+            rounds: Vec::new(),
             histogram: h,
         }
     }
@@ -503,7 +623,7 @@ mod tests {
             result("latency", "podq", Some(Scope::Cache), 1.0, 9_000),
             result("latency", "rayon", None, 1.0, 8_000),
         ];
-        let r = ratios(&results);
+        let r = ratios(&results, Scope::System);
         let queue: Vec<&Ratio> = r.iter().filter(|x| x.metric == "items_per_sec").collect();
         assert_eq!(queue.len(), 2);
         assert!(queue
@@ -523,8 +643,51 @@ mod tests {
         let p50 = r.iter().find(|x| x.metric == "p50_ns").unwrap();
         assert_eq!(p50.podq_config, "smt");
         assert!(p50.best_peer && p50.ratio < 0.6, "{p50:?}");
+        // Too few samples for p99: no p99 rows.
+        let mut few = results;
+        for r in &mut few {
+            r.latency_ns.count = 999;
+        }
+        assert!(ratios(&few, Scope::System)
+            .iter()
+            .all(|x| x.metric != "p99_ns"));
+        assert!(ratios(&few, Scope::System)
+            .iter()
+            .any(|x| x.metric == "p50_ns"));
+        let results = few;
         // No podq result: no ratios.
-        assert!(ratios(&results[2..4]).is_empty());
+        assert!(ratios(&results[2..4], Scope::System).is_empty());
+        // The same-configuration ratio: podq system (300) against rayon (600).
+        assert_eq!(rayon.podq_configs, 2);
+        assert_eq!(rayon.default_config.as_deref(), Some("system"));
+        assert_eq!(rayon.default_ratio, Some(0.5));
+        // No default-scope row among the latency results (smt, cache).
+        assert!(p50.default_config.is_none() && p50.default_ratio.is_none());
+    }
+
+    #[test]
+    fn percentiles_need_ten_samples_above_them() {
+        assert_eq!(
+            [50.0, 90.0, 95.0, 99.0, 99.9, 99.99, 1.0, 10.0].map(min_samples),
+            [20, 100, 200, 1_000, 10_000, 100_000, 1_000, 100]
+        );
+        assert_eq!(percentile_cell(999, 99.0, 5_000), "-");
+        assert_eq!(percentile_cell(1_000, 99.0, 5_000), "5.000 µs");
+        assert_eq!(percentile_cell(1, 50.0, 5_000), "-");
+        // fio's block blanks what 250 samples cannot tell: p99 and above.
+        let text = fio_clat("clat", &summary_of((1..=250).map(|i| i * 1000)));
+        assert!(text.contains("95.00th=[  238]"), "{text}");
+        assert!(text.contains("99.00th=[    -]"), "{text}");
+        assert!(text.contains("99.99th=[    -]"), "{text}");
+    }
+
+    #[test]
+    fn round_ranges() {
+        assert_eq!(round_range(&[3e5], human_rate), "-");
+        assert_eq!(
+            round_range(&[3e5, 2.5e5, 2.8e5], human_rate),
+            "250.0 k … 300.0 k"
+        );
     }
 
     #[test]

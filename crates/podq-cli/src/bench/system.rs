@@ -127,6 +127,11 @@ pub trait Queue: Send + Sync {
     /// submitted again after its previous run finished.
     fn prepare(&self, task: Task) -> Box<dyn Item>;
 
+    /// Submits one run of the `throughput` workload's tiny one-shot item
+    /// (`throughput::tiny(seq)`) through the system's spawn-like API, dropping any
+    /// handle at once.
+    fn spawn_tiny(&self, seq: u64);
+
     /// Changes the affinity scope while items flow (podq only).
     fn set_scope(&self, scope: Scope) -> Result<()> {
         bail!("changing the scope live needs podq (got {scope})")
@@ -150,8 +155,9 @@ pub trait Queue: Send + Sync {
 
 /// A prepared item.
 pub trait Item: Send + Sync {
-    /// Queues one run of the item.
-    fn submit(&self);
+    /// Queues one run of the item. Returns false when the call was coalesced with a
+    /// run still pending (podq's PENDING bit); peers accept every call.
+    fn submit(&self) -> bool;
 }
 
 /// A one-shot completion a producer waits on: the worker sets the flag and unparks

@@ -3,24 +3,30 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use podq_topology::Topology;
+
+use super::usage;
 
 /// Parses `--topology`: `live`, `fake:SHAPE` (a synthetic machine such as
 /// `fake:2s4c2t`, whose CPUs are mapped onto the real ones) or `sysfs:PATH` (a sysfs
-/// capture directory or `.tar.gz`).
+/// capture directory or `.tar.gz`). A spec or shape that does not parse is a usage
+/// error (exit 2); a capture or machine that cannot be read is a failure (exit 1).
 pub fn load(spec: &str) -> Result<Topology> {
     if spec == "live" {
         return Topology::live().context("reading this machine's topology");
     }
     if let Some(shape) = spec.strip_prefix("fake:") {
-        return Ok(Topology::synthetic(shape)?);
+        return Topology::synthetic(shape)
+            .map_err(|e| usage(format!("--topology fake:{shape}: {e}")));
     }
     if let Some(path) = spec.strip_prefix("sysfs:") {
         return Topology::from_sysfs(Path::new(path))
             .with_context(|| format!("reading sysfs capture {path}"));
     }
-    bail!("unknown topology `{spec}`: expected `live`, `fake:SHAPE` (like fake:2s4c2t) or `sysfs:PATH`")
+    Err(usage(format!(
+        "unknown topology `{spec}`: expected `live`, `fake:SHAPE` (like fake:2s4c2t) or `sysfs:PATH`"
+    )))
 }
 
 /// One line describing a topology: CPUs, nodes, LLCs, SMT width.

@@ -6,7 +6,7 @@
 //! | `affinity_scope` | scope name; `default (<effective>)` for `default`, `auto (<chosen>)` for `auto` | one scope name (or `auto`), exact, case-sensitive |
 //! | `affinity_strict` | `0` / `1` | an integer (`kstrtoint` rules); non-zero means 1 |
 //! | `cpumask` | hex bitmap, 32-bit groups, most significant first, as `%*pb` | the same form |
-//! | `max_active` | the requested value | a decimal integer > 0, clamped to [1, 2048] |
+//! | `max_active` | the requested value | a decimal integer > 0, clamped to [1, 2048]; enforced per NUMA node (see below) |
 //! | `nice` | the value | a decimal integer in [-20, 19] |
 //!
 //! Read values are the file's content without its trailing newline; written values may
@@ -15,6 +15,11 @@
 //! parsed as whole decimal integers (the kernel's `sscanf("%d")` ignores trailing text),
 //! and a `cpumask` that selects no CPU is refused (the kernel silently widens it to the
 //! whole unbound cpumask).
+//!
+//! `max_active` is the kernel's: each NUMA node of the workqueue's cpumask may run a
+//! share proportional to its CPUs, rounded up and never below `min(max_active, 8)`
+//! (`WQ_DFL_MIN_ACTIVE`), so the shares can add up to more than the value written:
+//! `max_active` 3 on a 2-node topology lets up to 6 items run, 3 on each node.
 
 use std::fmt;
 use std::str::FromStr;
@@ -39,7 +44,8 @@ pub enum Attr {
     AffinityStrict,
     /// `cpumask`: the CPUs the workqueue may use.
     Cpumask,
-    /// `max_active`: the most items of the workqueue running at once.
+    /// `max_active`: the most items of the workqueue running at once on each NUMA
+    /// node's share (see the module docs: 3 on 2 nodes lets up to 6 run).
     MaxActive,
     /// `nice`: the workers' nice value.
     Nice,

@@ -80,7 +80,7 @@ pub trait ControlTarget: Send + Sync {
     /// Re-reads the usable CPUs and re-pods live workqueues; returns the usable CPUs.
     /// By default the process's own [`crate::topology::refresh`].
     fn refresh(&self) -> Result<crate::topology::CpuSet, Error> {
-        crate::topology::refresh()
+        crate::topology::refresh().map(|r| r.usable)
     }
 }
 

@@ -23,7 +23,19 @@ impl DefaultScope for RuntimeDefaultScope {
 
 /// Starts the control server on the default socket path, serving the workqueues made
 /// visible with [`Workqueue::expose`](crate::Workqueue::expose) and the process default
-/// scope. The server runs until the returned value is dropped.
+/// scope. The server runs until the returned value is dropped: keep it for as long as
+/// the process should be reachable (`let _ = start()?` stops it at once).
+///
+/// ```no_run
+/// use podq::{control, Workqueue};
+///
+/// let wq = Workqueue::builder("rpciod").build()?;
+/// wq.expose()?; // `podq ctl` lists only exposed workqueues
+/// let server = control::start()?;
+/// println!("podq ctl --socket {} list", server.path().display());
+/// // ... the program's work; the server answers until `server` is dropped.
+/// # Ok::<(), podq::Error>(())
+/// ```
 pub fn start() -> Result<ControlServer, Error> {
     start_with(RuntimeDefaultScope)
 }

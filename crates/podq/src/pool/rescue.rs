@@ -8,16 +8,19 @@
 //!
 //! 1. A worker spawn fails (`spawn_failed`): the slot is freed, `worker_spawn_failures`
 //!    counted, the error hook called; if the pool still wants a worker
-//!    (`policy::kick` says `Create`), it is blocked: retry after the create cooldown,
-//!    mayday after [`MAYDAY_INITIAL_TIMEOUT`].
-//! 2. While blocked, queue calls that would create a worker do not (`cooling`): no
+//!    (`policy::needs_worker`), it is blocked (`policy::block_creation`): retry after
+//!    the create cooldown, mayday after `policy::MAYDAY_INITIAL_TIMEOUT`.
+//! 2. While blocked, queue calls that would create a worker do not (`cooling`,
+//!    `policy::kick_cooled`): no
 //!    thread-creation storm at a limit. Waking idle workers is unaffected.
-//! 3. Mayday (manager thread, then every [`MAYDAY_INTERVAL`]): for every workqueue with
-//!    an item on the worklist that has a rescuer, put the pool on the rescuer's list
-//!    once and unpark it (`maydays` counted).
+//! 3. Mayday (manager thread, then every `policy::MAYDAY_INTERVAL`: `CreateBlock::due`):
+//!    for every workqueue with an item on the worklist that has a rescuer
+//!    (`policy::mayday_targets`), put the pool on the rescuer's list once and unpark it
+//!    (`maydays` counted).
 //! 4. The rescuer takes the pool's items of its own workqueue, oldest first, and runs
 //!    them on its thread with the pool's CPU affinity (`rescued` counted), while the pool
-//!    still wants a worker; after [`RESCUER_BATCH`] it goes to the back of its line.
+//!    still wants a worker; after `policy::RESCUER_BATCH` it goes to the back of its line
+//!    (`policy::rescue_step`).
 //! 5. Retry (manager, at the cooldown): the pool leaves the list and is kicked; a new
 //!    failure goes back to step 1, a success leaves it fine.
 //!
@@ -41,10 +44,10 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::cpu;
-use crate::policy::{self, Kick};
+use crate::policy::{self, CreateBlock, Due, RescueStep};
 use crate::sync::lock_std as lock;
 // The pool lock: loom's mutex under `cfg(loom)`.
 use crate::sync::lock as lock_pool;
@@ -52,23 +55,12 @@ use crate::Error;
 
 use super::{run_entry, PoolCore, PoolState};
 
-/// The kernel's `MAYDAY_INITIAL_TIMEOUT`: how long items wait after a failed creation
-/// before rescuers are called.
-pub(crate) const MAYDAY_INITIAL_TIMEOUT: Duration = Duration::from_millis(10);
-/// The kernel's `MAYDAY_INTERVAL`: how often the call is repeated while the pool is stuck.
-pub(crate) const MAYDAY_INTERVAL: Duration = Duration::from_millis(100);
-/// The kernel's `RESCUER_BATCH`: items a rescuer runs for one pool before it looks at
-/// the other pools that called it.
-pub(crate) const RESCUER_BATCH: usize = 16;
-
 /// A pool whose worker creation failed.
 struct Blocked {
     pool: Weak<PoolCore>,
     id: u64,
-    /// When to try creating a worker again.
-    retry_at: Instant,
-    /// When to call the rescuers next.
-    mayday_at: Instant,
+    /// When to retry and when to call the rescuers next.
+    schedule: CreateBlock<Instant>,
 }
 
 /// The manager: one thread for the process, started with the first workqueue, so that
@@ -111,17 +103,19 @@ pub(super) fn cooling(id: u64) -> bool {
     MANAGER.count.load(SeqCst) > 0 && lock(&MANAGER.state).0.iter().any(|b| b.id == id)
 }
 
-fn block(pool: &Arc<PoolCore>) {
+/// Blocks creation on `pool` after a failure, if it still wants a worker (`wanted`).
+fn block(pool: &Arc<PoolCore>, wanted: bool) {
     let now = Instant::now();
     let mut st = lock(&MANAGER.state);
-    if st.0.iter().any(|b| b.id == pool.id) {
+    let blocked = st.0.iter().any(|b| b.id == pool.id);
+    let cooldown = crate::fault::create_cooldown();
+    let Some(schedule) = policy::block_creation(now, wanted, blocked, cooldown) else {
         return;
-    }
+    };
     st.0.push(Blocked {
         pool: Arc::downgrade(pool),
         id: pool.id,
-        retry_at: now + crate::fault::create_cooldown(),
-        mayday_at: now + MAYDAY_INITIAL_TIMEOUT,
+        schedule,
     });
     MANAGER.count.store(st.0.len(), SeqCst);
     drop(st);
@@ -140,18 +134,20 @@ fn manage() {
             if b.pool.strong_count() == 0 {
                 return false;
             }
-            if b.retry_at <= now {
-                retry.extend(b.pool.upgrade());
-                return false;
+            match b.schedule.due(now) {
+                Due::Retry => {
+                    retry.extend(b.pool.upgrade());
+                    false
+                }
+                Due::Mayday => {
+                    mayday.extend(b.pool.upgrade());
+                    true
+                }
+                Due::Wait => true,
             }
-            if b.mayday_at <= now {
-                b.mayday_at = now + MAYDAY_INTERVAL;
-                mayday.extend(b.pool.upgrade());
-            }
-            true
         });
         MANAGER.count.store(st.0.len(), SeqCst);
-        let next = st.0.iter().map(|b| b.retry_at.min(b.mayday_at)).min();
+        let next = st.0.iter().map(|b| b.schedule.next()).min();
         if !retry.is_empty() || !mayday.is_empty() {
             drop(st);
             for pool in mayday {
@@ -277,9 +273,7 @@ impl PoolCore {
             source,
         };
         crate::fault::report_error(self.id, &self.key.pod, &error);
-        if wanted {
-            block(self);
-        }
+        block(self, wanted);
     }
 
     /// The cooldown is over: kicks the pool, creating a worker if one is still wanted
@@ -296,17 +290,15 @@ impl PoolCore {
 
     /// Calls the rescuers of the workqueues with items on the worklist.
     fn send_maydays(self: &Arc<Self>) {
-        let wqs: Vec<u64> = {
+        let worklist: Vec<u64> = {
             let st = lock_pool(&self.state);
             if !needs_worker(self, &st) {
                 return;
             }
-            let mut ids: Vec<u64> = st.worklist.iter().map(|e| e.meta.pwq.wq.id).collect();
-            ids.sort_unstable();
-            ids.dedup();
-            ids
+            st.worklist.iter().map(|e| e.meta.pwq.wq.id).collect()
         };
         let rescuers = lock(rescuers());
+        let wqs = policy::mayday_targets(worklist, |id| rescuers.contains_key(&id));
         for id in wqs {
             let Some((rescuer, _)) = rescuers.get(&id) else {
                 continue;
@@ -321,35 +313,34 @@ impl PoolCore {
         }
     }
 
-    /// Rescuer side: runs up to [`RESCUER_BATCH`] items of workqueue `wq` from the
-    /// worklist while the pool still wants a worker. Returns whether it stopped with
+    /// Rescuer side: runs up to `policy::RESCUER_BATCH` items of workqueue `wq` from
+    /// the worklist while the pool still wants a worker. Returns whether it stopped with
     /// such items left and the pool still stuck.
     fn rescue(self: &Arc<Self>, wq: u64) -> bool {
         let _ = cpu::set_affinity(&self.allowed);
-        for _ in 0..RESCUER_BATCH {
+        let mut ran = 0;
+        loop {
             let entry = {
                 let mut st = lock_pool(&self.state);
-                if !needs_worker(self, &st) {
-                    return false;
+                let at = st.worklist.iter().position(|e| e.meta.pwq.wq.id == wq);
+                match policy::rescue_step(ran, needs_worker(self, &st), at.is_some()) {
+                    RescueStep::Stop => return false,
+                    RescueStep::Requeue => return true,
+                    RescueStep::Take => at.and_then(|at| st.worklist.remove(at)),
                 }
-                let Some(at) = st.worklist.iter().position(|e| e.meta.pwq.wq.id == wq) else {
-                    return false;
-                };
-                st.worklist.remove(at)
             };
             let Some(entry) = entry else {
                 return false;
             };
             self.stats.rescued.inc();
             run_entry(self, entry, None);
+            ran += 1;
         }
-        let st = lock_pool(&self.state);
-        needs_worker(self, &st) && st.worklist.iter().any(|e| e.meta.pwq.wq.id == wq)
     }
 }
 
 /// Whether the pool wants a worker it has not got: items wait, no idle worker, fewer
 /// running than its concurrency (`need_to_create_worker`).
 fn needs_worker(pool: &PoolCore, st: &PoolState) -> bool {
-    policy::kick(pool.load(st)) == Kick::Create
+    policy::needs_worker(pool.load(st))
 }

@@ -13,6 +13,18 @@ use crate::Workqueue;
 impl Workqueue {
     /// Makes this workqueue visible to the control server under its name, like the
     /// kernel's `WQ_SYSFS` flag. Refused if a live visible workqueue has the name.
+    ///
+    /// ```
+    /// use podq::Workqueue;
+    ///
+    /// let first = Workqueue::builder("doc-exposed").build()?;
+    /// first.expose()?;
+    /// let second = Workqueue::builder("doc-exposed").build()?;
+    /// assert!(second.expose().is_err()); // the name is taken while `first` lives
+    /// first.hide();
+    /// second.expose()?;
+    /// # Ok::<(), podq::Error>(())
+    /// ```
     pub fn expose(&self) -> Result<(), Error> {
         let handle: Weak<dyn ControlledQueue> = Arc::downgrade(&self.handle) as Weak<_>;
         Registry::global().register(self.name(), handle)

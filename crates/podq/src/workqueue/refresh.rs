@@ -19,6 +19,8 @@
 //! workqueue being built while a refresh runs may miss it (it is registered after its
 //! first apply); the next refresh covers it.
 
+use std::fmt;
+
 use podq_topology::{CpuSet, Topology};
 
 use super::{live_workqueues, WqShared};
@@ -26,22 +28,73 @@ use crate::cpu;
 use crate::sync::lock_std as lock;
 use crate::Error;
 
+/// What a [`refresh`] did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Refreshed {
+    /// The CPUs usable now.
+    pub usable: CpuSet,
+    /// Live workqueues it deliberately left on their pods, with the reason.
+    pub not_repodded: Vec<NotRepodded>,
+}
+
+/// A workqueue a [`refresh`] left alone.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NotRepodded {
+    /// Its name.
+    pub workqueue: String,
+    /// Why.
+    pub reason: NotRepoddedReason,
+}
+
+/// Why a [`refresh`] left a workqueue alone.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NotRepoddedReason {
+    /// It was built on a topology that is not this machine (fake, synthetic or
+    /// captured): its CPUs are mapped onto the real ones and do not come and go.
+    NotLiveMachine,
+}
+
+impl fmt::Display for NotRepoddedReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NotRepoddedReason::NotLiveMachine => f.write_str(
+                "built on a topology that is not this machine (fake, synthetic or captured)",
+            ),
+        }
+    }
+}
+
+impl fmt::Display for Refreshed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "usable CPUs {}", self.usable)?;
+        for n in &self.not_repodded {
+            write!(f, "; `{}` not re-podded: {}", n.workqueue, n.reason)?;
+        }
+        Ok(())
+    }
+}
+
 /// Re-reads the CPUs this process may use (online ∩ the process's affinity mask, that
 /// of its main thread ∩ the cgroup's effective cpuset) and re-pods every live
 /// workqueue built on the live machine, without losing work: queued and running items
-/// finish on their old pools. Returns the usable CPUs now.
+/// finish on their old pools. Returns the usable CPUs now and the workqueues it left
+/// alone, with the reason.
 ///
 /// Call it after the process's affinity (`taskset -p`) or cpuset changed. A workqueue
-/// never uses CPUs beyond those of the topology it was built with; workqueues on a
-/// given (fake or captured) topology are not affected. Departure: the kernel reacts to
-/// hotplug events itself.
-pub fn refresh() -> Result<CpuSet, Error> {
+/// never uses CPUs beyond those of the topology it was built with. Workqueues built on
+/// this machine's topology follow, whether it was the default or passed explicitly
+/// (`.topology(Topology::live()?)`); those on a fake, synthetic or captured topology
+/// are left alone and listed in [`Refreshed::not_repodded`]. Departure: the kernel
+/// reacts to hotplug events itself.
+pub fn refresh() -> Result<Refreshed, Error> {
     refresh_with(cpu::read_usable()?)
 }
 
 /// [`refresh`] as if the machine reported `usable` (for tests: no CPU has to go away).
 /// An empty set is refused ([`Error::EmptyCpumask`]).
-pub fn refresh_with(usable: CpuSet) -> Result<CpuSet, Error> {
+pub fn refresh_with(usable: CpuSet) -> Result<Refreshed, Error> {
     if usable.is_empty() {
         return Err(Error::EmptyCpumask);
     }
@@ -49,7 +102,15 @@ pub fn refresh_with(usable: CpuSet) -> Result<CpuSet, Error> {
     let _serial = lock(&SERIAL);
     cpu::set_real_cpus(usable.clone());
     let mut first_error = None;
-    for wq in live_workqueues().into_iter().filter(|wq| wq.live) {
+    let mut not_repodded = Vec::new();
+    for wq in live_workqueues() {
+        if !wq.live {
+            not_repodded.push(NotRepodded {
+                workqueue: wq.name.clone(),
+                reason: NotRepoddedReason::NotLiveMachine,
+            });
+            continue;
+        }
         let mut cfg = lock(&wq.config);
         let attrs = cfg.attrs.clone();
         match wq.apply(&mut cfg, attrs) {
@@ -64,44 +125,42 @@ pub fn refresh_with(usable: CpuSet) -> Result<CpuSet, Error> {
     }
     match first_error {
         Some(e) => Err(e),
-        None => Ok(usable),
+        None => Ok(Refreshed {
+            usable,
+            not_repodded,
+        }),
     }
+}
+
+/// Whether `topology` describes this machine: its CPUs are real and have the facts
+/// sysfs gives for them now (as [`Topology::live`] builds it, possibly for fewer
+/// CPUs). A topology that cannot be compared (no sysfs) is taken as not live.
+pub(crate) fn is_live_machine(topology: &Topology) -> bool {
+    let Ok(machine) = Topology::from_sysfs(std::path::Path::new("/")) else {
+        return false;
+    };
+    if topology.possible() != machine.possible() || !topology.usable().is_subset(machine.usable()) {
+        return false;
+    }
+    let Ok(narrowed) = machine.restrict(topology.usable()) else {
+        return false;
+    };
+    topology
+        .usable()
+        .iter()
+        .all(|c| topology.get(c) == narrowed.get(c))
 }
 
 impl WqShared {
     /// The CPUs of its topology usable now: for a workqueue on the live machine, those
-    /// still among the real usable CPUs (all of its CPUs if none is left: the OS then
-    /// decides where its workers run); otherwise the topology's usable CPUs.
+    /// still among the real usable CPUs (`policy::usable_now`); otherwise the
+    /// topology's usable CPUs.
     pub(super) fn usable_now(&self) -> CpuSet {
         let all = self.topology.usable();
-        if !self.live {
-            return all.clone();
-        }
-        let now = all.intersection(&cpu::real_cpus());
-        if now.is_empty() {
-            all.clone()
+        if self.live {
+            crate::policy::usable_now(all, &cpu::real_cpus())
         } else {
-            now
+            all.clone()
         }
     }
-}
-
-/// The effective cpumask of `requested` over the CPUs usable now: their intersection;
-/// if empty while `requested` has CPUs in the topology (they went away), all usable
-/// CPUs. A mask with no CPU of the topology is refused.
-pub(super) fn effective_cpumask(
-    requested: &CpuSet,
-    usable: &CpuSet,
-    topology: &Topology,
-) -> Result<CpuSet, Error> {
-    if let Some(mask) = crate::policy::effective_cpumask(requested, usable) {
-        return Ok(mask);
-    }
-    if crate::policy::effective_cpumask(requested, topology.usable()).is_some() {
-        return Ok(usable.clone());
-    }
-    Err(Error::NoUsableCpu {
-        mask: requested.clone(),
-        usable: topology.usable().clone(),
-    })
 }

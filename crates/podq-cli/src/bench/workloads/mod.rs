@@ -4,6 +4,7 @@
 pub mod completion;
 pub mod latency;
 pub mod queue;
+pub mod throughput;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,7 +13,7 @@ use anyhow::Result;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 
-use super::report::{new_histogram, CompletionDetail, LatencySummary, RunResult};
+use super::report::{new_histogram, CompletionDetail, LatencySummary, Round, RunResult};
 use super::system::placement::CpuMap;
 use super::system::{PoolLockCounts, QueueConfig, System};
 
@@ -34,6 +35,8 @@ pub enum Test {
     Latency(latency::LatencyParams),
     /// The NFS-over-RDMA miniature.
     Completion(Arc<completion::CompletionParams>),
+    /// Open loop: producers submit as fast as they can.
+    Throughput(throughput::ThroughputParams),
 }
 
 impl Test {
@@ -42,6 +45,10 @@ impl Test {
             Test::Queue(_) => "queue",
             Test::Latency(_) => "latency",
             Test::Completion(_) => "completion",
+            Test::Throughput(p) => match p.mode {
+                throughput::Mode::Spawn => "throughput_spawn",
+                throughput::Mode::Work => "throughput_work",
+            },
         }
     }
 }
@@ -72,9 +79,25 @@ pub struct Sample {
     pub completion: Option<CompletionDetail>,
     /// The scope in force during a toggle segment.
     pub segment_scope: Option<podq_topology::Scope>,
+    /// Throughput-test extras.
+    pub throughput: Option<throughput::ThroughputDetail>,
 }
 
 impl Sample {
+    /// This sample's figures as one round of a run that took `wall_seconds`.
+    fn round(&self, wall_seconds: f64) -> Round {
+        Round {
+            items: self.items,
+            seconds: self.seconds,
+            wall_seconds,
+            items_per_sec: rate(self.items, self.seconds),
+            samples: self.latency.len(),
+            p50_ns: self.latency.value_at_quantile(0.5),
+            p99_ns: self.latency.value_at_quantile(0.99),
+            mb_per_sec: self.completion.as_ref().map(|c| c.mb_per_sec),
+        }
+    }
+
     fn merge(&mut self, other: Sample) {
         let total = self.seconds + other.seconds;
         self.items += other.items;
@@ -87,6 +110,9 @@ impl Sample {
             a.add(&b);
         }
         if let (Some(a), Some(b)) = (self.completion.as_mut(), other.completion) {
+            a.merge(b, self.seconds, other.seconds);
+        }
+        if let (Some(a), Some(b)) = (self.throughput.as_mut(), other.throughput) {
             a.merge(b, self.seconds, other.seconds);
         }
         self.seconds = total;
@@ -103,6 +129,8 @@ pub fn run_cases(
     progress: &ProgressBar,
 ) -> Result<Vec<RunResult>> {
     let mut totals: Vec<Option<Vec<Sample>>> = (0..cases.len()).map(|_| None).collect();
+    // Per case, per segment: each round's figures.
+    let mut rounds_of: Vec<Vec<Vec<Round>>> = vec![Vec::new(); cases.len()];
     for round in 0..rounds {
         for k in 0..cases.len() {
             let index = (k + round) % cases.len();
@@ -113,8 +141,15 @@ pub fn run_cases(
                 case.system.name(),
                 case.config.label()
             ));
+            let started = std::time::Instant::now();
             let samples = run_case(case, map, length)?;
+            let wall = started.elapsed().as_secs_f64();
             progress.inc(1);
+            let rounds = &mut rounds_of[index];
+            rounds.resize_with(samples.len(), Vec::new);
+            for (segment, s) in samples.iter().enumerate() {
+                rounds[segment].push(s.round(wall));
+            }
             match &mut totals[index] {
                 slot @ None => *slot = Some(samples),
                 Some(acc) => {
@@ -126,10 +161,11 @@ pub fn run_cases(
         }
     }
     let mut results = Vec::new();
-    for (case, samples) in cases.iter().zip(totals) {
+    for ((case, samples), mut rounds) in cases.iter().zip(totals).zip(rounds_of) {
         let samples = samples.unwrap_or_default();
         let segmented = samples.len() > 1;
-        for (segment, s) in samples.into_iter().enumerate() {
+        rounds.resize_with(samples.len(), Vec::new);
+        for ((segment, s), rounds) in samples.into_iter().enumerate().zip(rounds) {
             results.push(RunResult {
                 test: case.test.name(),
                 system: case.system.name().to_owned(),
@@ -139,15 +175,13 @@ pub fn run_cases(
                 producers: producers_of(&case.test, map),
                 items: s.items,
                 seconds: s.seconds,
-                items_per_sec: if s.seconds > 0.0 {
-                    s.items as f64 / s.seconds
-                } else {
-                    0.0
-                },
+                items_per_sec: rate(s.items, s.seconds),
                 latency_ns: LatencySummary::of(&s.latency),
                 submit_ns: s.submit.as_ref().map(LatencySummary::of),
                 completion: s.completion,
+                throughput: s.throughput,
                 pool_locks: s.pool_locks,
+                rounds,
                 histogram: s.latency,
             });
         }
@@ -155,11 +189,20 @@ pub fn run_cases(
     Ok(results)
 }
 
+fn rate(items: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        items as f64 / seconds
+    } else {
+        0.0
+    }
+}
+
 fn producers_of(test: &Test, map: &CpuMap) -> usize {
     match test {
         Test::Queue(p) => p.producer_cpus(map).len(),
         Test::Latency(_) => 1,
         Test::Completion(p) => p.producer_cpus.len(),
+        Test::Throughput(p) => p.producer_cpus(map).len(),
     }
 }
 
@@ -180,6 +223,7 @@ fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>>
             length,
         )?]),
         Test::Completion(p) => completion::run(&*case.system, case.config, map, p, length),
+        Test::Throughput(p) => Ok(vec![throughput::run(&*case.system, case.config, map, p)?]),
     }
 }
 
@@ -193,5 +237,6 @@ fn empty_sample() -> Sample {
         pool_locks: None,
         completion: None,
         segment_scope: None,
+        throughput: None,
     }
 }

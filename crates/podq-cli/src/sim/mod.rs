@@ -1,0 +1,512 @@
+//! `podq sim`: the bench workloads on a simulated machine (the `podq-sim` crate), for
+//! machines this one is not. See the README's "podq sim" section.
+
+mod output;
+mod sweep;
+
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use podq_sim::{
+    cost, simulate, CompletionSpec, CostParams, QueueSpec, RemoteFree, RunLength, RunSpec,
+    SimOutput, Workload,
+};
+use podq_topology::{CpuSet, Scope, Topology};
+
+use crate::bench::{topo, usage, StrictArg};
+
+/// What to simulate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SimWorkload {
+    /// `queue` and `latency` across the scope ladder (the default).
+    Ladder,
+    /// test_workqueue's shape: one producer per CPU queueing its own item, waiting for it.
+    Queue,
+    /// One synchronous submitter with think time; fio-style clat percentiles.
+    Latency,
+    /// The NFS-over-RDMA miniature: CQ producers, rpciod -> nfsiod, allocator model.
+    Completion,
+    /// Producers re-queueing up to `--depth` items each, as bench's `throughput_work`.
+    Throughput,
+}
+
+/// `--remote-free`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum RemoteFreeArg {
+    /// Freed on another CPU than it was allocated on.
+    Cpu,
+    /// Freed on another NUMA node.
+    Node,
+}
+
+/// Options of `podq sim`.
+#[derive(Args, Debug)]
+pub struct SimArgs {
+    /// The workload.
+    #[arg(value_enum, default_value = "ladder")]
+    pub workload: SimWorkload,
+    /// Machine profile: xeon-2s24c, grace-72c, xeon-12c, epyc-2s32c. It gives the cost
+    /// parameters and, unless a topology is given, the topology.
+    #[arg(long, default_value = "xeon-2s24c")]
+    pub machine: String,
+    /// JSON object of cost parameters overriding the machine's (see --print-cost).
+    #[arg(long, value_name = "FILE.json")]
+    pub cost: Option<PathBuf>,
+    /// Print the cost parameters in force with their sources, and exit.
+    #[arg(long)]
+    pub print_cost: bool,
+    /// `live`, `fake:SHAPE` or `sysfs:PATH`: the topology to simulate instead of the
+    /// machine's shape (costs still come from --machine).
+    #[arg(long, conflicts_with_all = ["synthetic", "sysfs_root"])]
+    pub topology: Option<String>,
+    /// Same as `--topology fake:SHAPE`.
+    #[arg(long, value_name = "SHAPE", conflicts_with = "sysfs_root")]
+    pub synthetic: Option<String>,
+    /// Same as `--topology sysfs:PATH`.
+    #[arg(long, value_name = "DIR|FILE.tar.gz")]
+    pub sysfs_root: Option<PathBuf>,
+    /// Affinity scopes to run, comma-separated [default: cpu,smt,cache,cache_shard,numa,system].
+    #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
+    pub scopes: Vec<Scope>,
+    /// Strict pods: on, off or both.
+    #[arg(long, value_enum, default_value = "both")]
+    pub strict: StrictArg,
+    /// Virtual time of each run, e.g. 50ms, 1s (at most 10 s) [default: 100ms].
+    #[arg(long, value_parser = humantime::parse_duration, conflicts_with = "items")]
+    pub duration: Option<Duration>,
+    /// Items per producer per run, instead of a duration.
+    #[arg(long)]
+    pub items: Option<u64>,
+    /// `queue`, `throughput`: producers [default: one per CPU].
+    #[arg(long)]
+    pub producers: Option<usize>,
+    /// `latency`: the submitter's CPU [default: the first CPU].
+    #[arg(long)]
+    pub cpu: Option<usize>,
+    /// `latency`: think time between items.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1ms")]
+    pub think: Duration,
+    /// `completion`: completion producers (CQs) [default: one per CPU].
+    #[arg(long)]
+    pub cq: Option<usize>,
+    /// `completion`: `node0`, `split` or a cpulist.
+    #[arg(long, default_value = "node0")]
+    pub cq_placement: String,
+    /// `completion`: I/Os in flight per producer; `throughput`: items in flight per
+    /// producer [default: 16; throughput 64].
+    #[arg(long)]
+    pub depth: Option<usize>,
+    /// `completion`: rpciod scopes in equal time segments, e.g. smt,cache_shard,smt.
+    #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
+    pub toggle: Vec<Scope>,
+    /// `completion`: allocator object size in bytes.
+    #[arg(long, default_value_t = 256)]
+    pub object_size: usize,
+    /// `completion`: objects per CPU cache in the allocator model.
+    #[arg(long, default_value_t = 16)]
+    pub alloc_cache: usize,
+    /// `completion`: which frees are remote.
+    #[arg(long, value_enum, default_value = "cpu")]
+    pub remote_free: RemoteFreeArg,
+    /// CPU time of an item of `queue`, `latency` and `throughput`.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ns")]
+    pub item_work: Duration,
+    /// `completion`: CPU time of a CQ producer per I/O.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "2us")]
+    pub cq_work: Duration,
+    /// `completion`: CPU time of an rpciod item besides its buffer read and allocator work.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "16us")]
+    pub rpciod_work: Duration,
+    /// `completion`: CPU time of an nfsiod item besides its allocator work.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "4us")]
+    pub nfsiod_work: Duration,
+    /// Random seed: the same inputs and seed give the same results.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Run each parameter at x0.5 and x2 for every configuration and report how
+    /// items/s moves (the sensitivity sweep).
+    #[arg(long)]
+    pub sensitivity: bool,
+    /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<String>,
+    /// Write an SVG plot: throughput bars and latency CDFs.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+    /// Refused: a simulated run is deterministic, rounds would repeat it.
+    #[arg(long, hide = true)]
+    pub rounds: Option<String>,
+    /// Refused: the simulator models podq only.
+    #[arg(long, hide = true)]
+    pub systems: Option<String>,
+}
+
+fn parse_scope(text: &str) -> Result<Scope, String> {
+    match text.parse::<Scope>() {
+        Ok(Scope::Default) => Err("`default` is not a scope to simulate; name it".to_owned()),
+        Ok(scope) => Ok(scope),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// One configuration to simulate.
+pub struct Case {
+    /// The run.
+    pub spec: RunSpec,
+}
+
+/// A finished case.
+pub struct Done {
+    /// What ran.
+    pub spec: RunSpec,
+    /// What came out.
+    pub output: SimOutput,
+    /// Wall time of the simulation, seconds.
+    pub wall_seconds: f64,
+}
+
+/// The machine profile, topology and parameters of a `podq sim` invocation.
+pub struct Setup {
+    /// The profile.
+    pub machine: cost::Machine,
+    /// The topology spec as given.
+    pub spec: String,
+    /// The topology.
+    pub topology: Topology,
+    /// Parameters in force.
+    pub params: CostParams,
+}
+
+fn setup(args: &SimArgs) -> Result<Setup> {
+    let machine = cost::machine(&args.machine).ok_or_else(|| {
+        usage(format!(
+            "unknown machine `{}`: expected one of {}",
+            args.machine,
+            cost::MACHINES.join(", ")
+        ))
+    })?;
+    let mut params = machine.params.clone();
+    if let Some(path) = &args.cost {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading cost file {}", path.display()))?;
+        params
+            .apply_json(&text, false)
+            .map_err(|e| usage(format!("{}: {e}", path.display())))?;
+    }
+    let spec = if let Some(shape) = &args.synthetic {
+        format!("fake:{shape}")
+    } else if let Some(root) = &args.sysfs_root {
+        format!("sysfs:{}", root.display())
+    } else if let Some(t) = &args.topology {
+        t.clone()
+    } else {
+        format!("fake:{}", machine.shape)
+    };
+    let topology = topo::load(&spec).map_err(|e| usage(format!("--topology: {e:#}")))?;
+    if topology.usable().len() > podq_sim::MAX_SIM_CPUS {
+        return Err(usage(format!(
+            "--topology {spec}: {} CPUs; the simulator takes at most {} (a run would take too long)",
+            topology.usable().len(),
+            podq_sim::MAX_SIM_CPUS
+        )));
+    }
+    Ok(Setup {
+        machine,
+        spec,
+        topology,
+        params,
+    })
+}
+
+fn validate(args: &SimArgs) -> Result<()> {
+    if args.rounds.is_some() {
+        return Err(usage(
+            "--rounds makes no sense for the simulator: a run is deterministic; vary --seed instead",
+        ));
+    }
+    if args.systems.is_some() {
+        return Err(usage(
+            "--systems makes no sense for the simulator: it models podq only",
+        ));
+    }
+    if args.items == Some(0) {
+        return Err(usage("--items must be at least 1"));
+    }
+    if let Some(d) = args.duration {
+        if d.is_zero() {
+            return Err(usage("--duration must be longer than zero"));
+        }
+        if d.as_nanos() > u128::from(podq_sim::MAX_VIRTUAL_NS) {
+            return Err(usage(format!(
+                "--duration {}: a simulated run lasts at most {} s of virtual time",
+                humantime::format_duration(d),
+                podq_sim::MAX_VIRTUAL_NS / 1_000_000_000
+            )));
+        }
+    }
+    if args.producers == Some(0) {
+        return Err(usage("--producers must be at least 1"));
+    }
+    if args.depth == Some(0) {
+        return Err(usage("--depth must be at least 1"));
+    }
+    let only = |set: bool, name: &str, workloads: &[SimWorkload]| -> Result<()> {
+        if set && !workloads.contains(&args.workload) {
+            return Err(usage(
+                format!(
+                    "{name} makes no sense for the simulator's {:?} workload",
+                    args.workload
+                )
+                .to_lowercase(),
+            ));
+        }
+        Ok(())
+    };
+    use SimWorkload::*;
+    only(!args.toggle.is_empty(), "--toggle", &[Completion])?;
+    only(args.cq.is_some(), "--cq", &[Completion])?;
+    only(args.depth.is_some(), "--depth", &[Completion, Throughput])?;
+    only(
+        args.producers.is_some(),
+        "--producers",
+        &[Queue, Throughput, Ladder],
+    )?;
+    only(args.cpu.is_some(), "--cpu", &[Latency, Ladder])?;
+    if !args.toggle.is_empty() && args.items.is_some() {
+        return Err(usage("--toggle needs --duration, not --items"));
+    }
+    Ok(())
+}
+
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
+}
+
+fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
+    let usable: Vec<usize> = topology.usable().iter().collect();
+    let first = usable[0];
+    let producers = |n: Option<usize>| -> Vec<usize> {
+        let n = n.unwrap_or(usable.len());
+        usable.iter().copied().cycle().take(n).collect()
+    };
+    let queue = Workload::Queue {
+        producer_cpus: producers(args.producers),
+        item_ns: ns(args.item_work),
+    };
+    let cpu = args.cpu.unwrap_or(first);
+    if !topology.usable().contains(cpu) {
+        return Err(usage(format!(
+            "--cpu {cpu} is not a CPU of the topology ({})",
+            topology.usable()
+        )));
+    }
+    let latency = Workload::Latency {
+        cpu,
+        think_ns: ns(args.think),
+        item_ns: ns(args.item_work),
+    };
+    Ok(match args.workload {
+        SimWorkload::Ladder => vec![queue, latency],
+        SimWorkload::Queue => vec![queue],
+        SimWorkload::Latency => vec![latency],
+        SimWorkload::Throughput => vec![Workload::Throughput {
+            producer_cpus: producers(args.producers),
+            depth: args.depth.unwrap_or(64),
+            item_ns: ns(args.item_work),
+        }],
+        SimWorkload::Completion => {
+            let count = args.cq.unwrap_or(usable.len());
+            if count == 0 {
+                return Err(usage("--cq must be at least 1"));
+            }
+            vec![Workload::Completion(CompletionSpec {
+                producer_cpus: place_producers(topology, &args.cq_placement, count)?,
+                depth: args.depth.unwrap_or(16),
+                object_size: args.object_size,
+                alloc_cache: args.alloc_cache,
+                remote_free: match args.remote_free {
+                    RemoteFreeArg::Cpu => RemoteFree::Cpu,
+                    RemoteFreeArg::Node => RemoteFree::Node,
+                },
+                producer_ns: ns(args.cq_work),
+                rpciod_ns: ns(args.rpciod_work),
+                nfsiod_ns: ns(args.nfsiod_work),
+                toggle: args.toggle.clone(),
+            })]
+        }
+    })
+}
+
+/// `--cq-placement`, as `podq bench` places CQ producers: `node0` cycles through the
+/// first node's CPUs, `split` alternates nodes, a cpulist cycles through its CPUs.
+pub fn place_producers(topology: &Topology, spec: &str, count: usize) -> Result<Vec<usize>> {
+    let nodes: Vec<Vec<usize>> = topology
+        .nodes()
+        .into_iter()
+        .map(|n| topology.node_cpus(n).iter().collect())
+        .collect();
+    Ok(match spec {
+        "node0" => nodes[0].iter().copied().cycle().take(count).collect(),
+        "split" => (0..count)
+            .map(|i| {
+                let node = &nodes[i % nodes.len()];
+                node[(i / nodes.len()) % node.len()]
+            })
+            .collect(),
+        list => {
+            let cpus = CpuSet::parse_list(list).map_err(|e| {
+                usage(format!(
+                    "--cq-placement `{list}` is neither node0, split nor a cpulist: {e}"
+                ))
+            })?;
+            if cpus.is_empty() {
+                return Err(usage(format!("--cq-placement `{list}` names no CPU")));
+            }
+            if let Some(bad) = cpus.iter().find(|&c| !topology.usable().contains(c)) {
+                return Err(usage(format!(
+                    "--cq-placement: CPU {bad} is not a CPU of the topology"
+                )));
+            }
+            let cpus: Vec<usize> = cpus.iter().collect();
+            cpus.iter().copied().cycle().take(count).collect()
+        }
+    })
+}
+
+fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
+    let scopes = if args.scopes.is_empty() {
+        Scope::CONCRETE.to_vec()
+    } else {
+        args.scopes.clone()
+    };
+    let strict = match args.strict {
+        StrictArg::On => vec![true],
+        StrictArg::Off => vec![false],
+        StrictArg::Both => vec![false, true],
+    };
+    let length = match (args.items, args.duration) {
+        (Some(n), _) => RunLength::Items(n),
+        (None, Some(d)) => RunLength::Duration(ns(d)),
+        (None, None) => RunLength::Duration(100_000_000),
+    };
+    let mut out = Vec::new();
+    for workload in workloads(args, topology)? {
+        let scopes = if args.toggle.is_empty() {
+            scopes.clone()
+        } else {
+            args.toggle[..1].to_vec()
+        };
+        let name = if matches!(workload, Workload::Completion(_)) {
+            "rpciod"
+        } else {
+            "queue"
+        };
+        for &scope in &scopes {
+            for &s in &strict {
+                out.push(Case {
+                    spec: RunSpec {
+                        workload: workload.clone(),
+                        queue: QueueSpec::new(name, scope, s),
+                        length,
+                        seed: args.seed,
+                    },
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Runs every case, one after the other.
+pub fn run_cases(
+    cases: &[Case],
+    topology: &Topology,
+    params: &CostParams,
+    progress: &ProgressBar,
+) -> Result<Vec<Done>> {
+    let mut done = Vec::new();
+    for case in cases {
+        progress.set_message(format!(
+            "{} {}",
+            case.spec.workload.name(),
+            case.spec.queue.scope
+        ));
+        let started = Instant::now();
+        let output = simulate(topology, params, &case.spec).map_err(|e| usage(e.to_string()))?;
+        done.push(Done {
+            spec: case.spec.clone(),
+            output,
+            wall_seconds: started.elapsed().as_secs_f64(),
+        });
+        progress.inc(1);
+    }
+    Ok(done)
+}
+
+fn progress_bar(args: &SimArgs, total: u64) -> ProgressBar {
+    if args.quiet || !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
+    if let Ok(style) = ProgressStyle::with_template(
+        "{bar:30.cyan/blue} {pos}/{len} runs  {msg}  [{elapsed} < {eta}]",
+    ) {
+        bar.set_style(style);
+    }
+    bar
+}
+
+/// Runs `podq sim`.
+pub fn run(args: &SimArgs) -> Result<()> {
+    validate(args)?;
+    let setup = setup(args)?;
+    if args.print_cost {
+        print!(
+            "machine {}: {}\n\n{}",
+            setup.machine.name,
+            setup.machine.description,
+            setup.params.table()
+        );
+        return Ok(());
+    }
+    let cases = cases(args, &setup.topology)?;
+    if args.sensitivity {
+        let progress = progress_bar(args, (cases.len() * (1 + 2 * cost::PARAMS.len())) as u64);
+        let text = sweep::run(&cases, &setup, &progress)?;
+        progress.finish_and_clear();
+        print!("{text}");
+        return Ok(());
+    }
+    let progress = progress_bar(args, cases.len() as u64);
+    let done = run_cases(&cases, &setup.topology, &setup.params, &progress)?;
+    progress.finish_and_clear();
+    let report = output::report(args, &setup, &done);
+    let text = output::render(args, &setup, &report);
+    match args.json.as_deref() {
+        Some("-") => {
+            eprint!("{text}");
+            let mut out = std::io::stdout().lock();
+            serde_json::to_writer_pretty(&mut out, &report).context("writing JSON to stdout")?;
+            writeln!(out).context("writing JSON to stdout")?;
+        }
+        Some(path) => {
+            print!("{text}");
+            let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
+            serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
+                .with_context(|| format!("writing {path}"))?;
+        }
+        None => print!("{text}"),
+    }
+    if let Some(path) = &args.plot {
+        std::fs::write(path, output::plot(&setup, &report))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}

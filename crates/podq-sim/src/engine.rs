@@ -1,0 +1,617 @@
+//! The machine: virtual CPUs, threads and the scheduler model, and the interpreter
+//! that runs each thread's operations on the virtual clock.
+//!
+//! A thread is a queue of [`Op`]s. `Compute` takes CPU time (slower while the SMT
+//! sibling is busy); `Lock` and `Unlock` go through the queued locks of `lock.rs`;
+//! `Do` runs a logical action at that instant (the workqueue and workload code), which
+//! may push more operations; `Block` and `Sleep` give up the CPU.
+//!
+//! Scheduler model (non-strict workers, and every wake-up): a run queue per CPU; a
+//! woken thread goes to its hint CPU if idle, else an idle SMT sibling, else an idle
+//! CPU of the hint's LLC, else of the waker's LLC (wake-affine), else it queues on the
+//! hint CPU. A CPU that goes idle pulls a waiting thread from the nearest CPU (LLC,
+//! node, machine); every `balance_interval` waiting threads move to idle CPUs. A
+//! thread waits behind a running one until that one blocks or has run one `slice`.
+//! Switching threads costs `context_switch`; running on a new CPU costs a migration.
+
+use std::collections::VecDeque;
+
+use podq_topology::{CpuSet, Topology};
+
+use crate::cost::CostParams;
+use crate::distance::{c2c, Distance, Distances};
+use crate::events::{Event, EventQueue, Ns};
+use crate::lock::{Lock, Side};
+use crate::programs::{Act, World};
+use crate::rng::Rng;
+
+/// Thread id.
+pub type Tid = usize;
+
+/// One operation of a thread.
+#[derive(Clone, Copy, Debug)]
+pub enum Op {
+    /// CPU time, ns at full speed.
+    Compute(f64),
+    /// Acquire a lock (spinning while it is held).
+    Lock(usize, Side),
+    /// Release it.
+    Unlock(usize),
+    /// A logical action.
+    Do(Act),
+    /// Sleep until woken (a wake-up that came first is consumed instead).
+    Block,
+    /// Sleep for a time.
+    Sleep(Ns),
+    /// Poll pool `usize`'s worklist for `IDLE_SPIN` or until an item is pushed.
+    Spin(usize),
+}
+
+/// What a thread is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Producer number `usize`.
+    Producer(usize),
+    /// A worker of pool `usize`.
+    Worker(usize),
+}
+
+/// Where a thread is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum State {
+    /// On its CPU.
+    Running,
+    /// On a run queue.
+    Runnable,
+    /// On its way to a run queue.
+    Arriving,
+    /// Asleep.
+    Blocked,
+    /// Reaped.
+    Exited,
+}
+
+/// A virtual thread.
+pub struct Thread {
+    /// What it is.
+    pub role: Role,
+    /// CPUs it may run on.
+    pub allowed: CpuSet,
+    /// Its current or last CPU.
+    pub cpu: usize,
+    /// Where it is.
+    pub state: State,
+    /// Step generation: a scheduled `Step` is stale once this moved on.
+    pub generation: u64,
+    /// Operations still to run.
+    pub ops: VecDeque<Op>,
+    /// A wake-up arrived while it was not blocked.
+    pub wake_pending: bool,
+    /// When it last got its CPU.
+    pub ran_since: Ns,
+    /// Worker: polled the worklist since its last item.
+    pub spun: bool,
+    /// Locks it holds: a holder is not preempted (the critical sections are short and
+    /// a preempted holder would stall every spinning waiter).
+    pub held: u32,
+}
+
+/// A virtual CPU.
+pub struct Cpu {
+    /// The running thread.
+    pub running: Option<Tid>,
+    /// Threads waiting for it.
+    pub rq: VecDeque<Tid>,
+    /// Threads on their way to its run queue.
+    pub incoming: u32,
+    /// The thread that ran last.
+    pub last: Option<Tid>,
+    /// Busy nanoseconds so far (closed intervals).
+    pub busy_ns: Ns,
+    /// Start of the current busy or idle interval.
+    pub since: Ns,
+    /// Its NUMA node.
+    pub node: usize,
+    /// Its SMT siblings (itself excluded).
+    pub siblings: Vec<usize>,
+    /// Its LLC, starting after itself (scan order).
+    pub llc: Vec<usize>,
+    /// Its node's CPUs, starting after itself.
+    pub node_cpus: Vec<usize>,
+}
+
+/// Cumulative counters, sampled at segment boundaries.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// Items (or I/Os) completed.
+    pub items: u64,
+    /// Thread switches on a CPU.
+    pub context_switches: u64,
+    /// Threads starting to run on a CPU other than their last.
+    pub migrations: u64,
+    /// Wake-ups of sleeping threads.
+    pub wakeups: u64,
+    /// Items by where they ran relative to where they were queued: same CPU, SMT, LLC,
+    /// node, remote.
+    pub locality: [u64; 5],
+    /// Idle workers woken by a non-strict pool outside their pod.
+    pub repatriations: u64,
+    /// Workers created.
+    pub workers_created: u64,
+    /// Workers reaped.
+    pub workers_reaped: u64,
+}
+
+/// The whole simulated machine.
+pub struct Sim<'t> {
+    /// The topology.
+    pub topo: &'t Topology,
+    /// The parameters.
+    pub cost: CostParams,
+    /// The clock.
+    pub now: Ns,
+    /// Pending events.
+    pub events: EventQueue,
+    /// Random numbers.
+    pub rng: Rng,
+    /// CPUs, by id (unusable ids are never used).
+    pub cpus: Vec<Cpu>,
+    /// Threads, by id.
+    pub threads: Vec<Thread>,
+    /// Locks, by id.
+    pub locks: Vec<Lock>,
+    /// Distance classes.
+    pub dist: Distances,
+    /// Threads sitting on run queues.
+    pub waiting: usize,
+    /// Counters.
+    pub counters: Counters,
+    /// Workqueues, pools, producers, the allocator.
+    pub world: World,
+}
+
+impl<'t> Sim<'t> {
+    /// An idle machine.
+    pub fn new(topo: &'t Topology, cost: CostParams, seed: u64, world: World) -> Sim<'t> {
+        let n = topo.usable().last().map_or(0, |c| c + 1);
+        let rotate = |set: &CpuSet, me: usize| -> Vec<usize> {
+            let all: Vec<usize> = set.intersection(topo.usable()).iter().collect();
+            let at = all.iter().position(|&c| c == me).unwrap_or(0);
+            all[at + 1..]
+                .iter()
+                .chain(&all[..at])
+                .copied()
+                .filter(|&c| c != me)
+                .collect()
+        };
+        let cpus = (0..n)
+            .map(|c| {
+                let (node, siblings, llc, node_cpus) = match topo.get(c) {
+                    Some(f) if topo.usable().contains(c) => (
+                        f.node,
+                        rotate(&f.smt, c),
+                        rotate(&f.llc, c),
+                        rotate(&topo.node_cpus(f.node), c),
+                    ),
+                    _ => (0, Vec::new(), Vec::new(), Vec::new()),
+                };
+                Cpu {
+                    running: None,
+                    rq: VecDeque::new(),
+                    incoming: 0,
+                    last: None,
+                    busy_ns: 0,
+                    since: 0,
+                    node,
+                    siblings,
+                    llc,
+                    node_cpus,
+                }
+            })
+            .collect();
+        Sim {
+            topo,
+            cost,
+            now: 0,
+            events: EventQueue::default(),
+            rng: Rng::new(seed),
+            cpus,
+            threads: Vec::new(),
+            locks: Vec::new(),
+            dist: Distances::new(topo, n),
+            waiting: 0,
+            counters: Counters::default(),
+            world,
+        }
+    }
+
+    /// A line transfer from `a` to `b`.
+    pub fn c2c(&self, a: usize, b: usize) -> f64 {
+        c2c(&self.cost, self.dist.get(a, b))
+    }
+
+    /// The distance from `a` to `b`.
+    pub fn distance(&self, a: usize, b: usize) -> Distance {
+        self.dist.get(a, b)
+    }
+
+    /// A new blocked thread.
+    pub fn spawn(&mut self, role: Role, allowed: CpuSet, cpu: usize, ops: Vec<Op>) -> Tid {
+        self.threads.push(Thread {
+            role,
+            allowed,
+            cpu,
+            state: State::Blocked,
+            generation: 0,
+            ops: ops.into(),
+            wake_pending: false,
+            ran_since: 0,
+            spun: false,
+            held: 0,
+        });
+        self.threads.len() - 1
+    }
+
+    /// Schedules thread `tid`'s next step `after` ns from now.
+    pub fn step_after(&mut self, tid: Tid, after: f64) {
+        let t = &mut self.threads[tid];
+        t.generation += 1;
+        let at = self.now + after.max(0.0).round() as Ns;
+        self.events.push(
+            at,
+            Event::Step {
+                tid,
+                generation: t.generation,
+            },
+        );
+    }
+
+    /// Handles a `Step` event.
+    pub fn on_step(&mut self, tid: Tid, generation: u64) {
+        let t = &self.threads[tid];
+        if t.generation == generation && t.state == State::Running {
+            self.run(tid);
+        }
+    }
+
+    fn idle(&self, cpu: usize) -> bool {
+        let c = &self.cpus[cpu];
+        c.running.is_none() && c.rq.is_empty() && c.incoming == 0
+    }
+
+    /// Runs thread `tid` (running on its CPU) until it waits for something.
+    pub fn run(&mut self, tid: Tid) {
+        loop {
+            if self.threads[tid].state != State::Running {
+                return;
+            }
+            let Some(op) = self.threads[tid].ops.pop_front() else {
+                self.next_ops(tid);
+                continue;
+            };
+            match op {
+                Op::Compute(ns) => {
+                    let cpu = self.threads[tid].cpu;
+                    if !self.cpus[cpu].rq.is_empty()
+                        && self.threads[tid].held == 0
+                        && self.now - self.threads[tid].ran_since >= self.cost.slice as Ns
+                    {
+                        self.threads[tid].ops.push_front(op);
+                        self.preempt(tid);
+                        return;
+                    }
+                    let sibling_busy = self.cpus[cpu]
+                        .siblings
+                        .iter()
+                        .any(|&s| self.cpus[s].running.is_some());
+                    let speed = if sibling_busy {
+                        self.cost.smt_speed
+                    } else {
+                        1.0
+                    };
+                    let jitter = self.cost.jitter;
+                    let ns = self.rng.jitter((ns / speed).round() as u64, jitter);
+                    self.step_after(tid, ns as f64);
+                    return;
+                }
+                Op::Lock(lock, side) => {
+                    if self.lock_acquire(tid, lock, side) {
+                        return;
+                    }
+                }
+                Op::Unlock(lock) => self.lock_release(tid, lock),
+                Op::Do(act) => self.act(tid, act),
+                Op::Block => {
+                    let t = &mut self.threads[tid];
+                    if t.wake_pending {
+                        t.wake_pending = false;
+                    } else {
+                        self.block(tid);
+                        return;
+                    }
+                }
+                Op::Sleep(ns) => {
+                    self.block(tid);
+                    self.threads[tid].generation += 1;
+                    let generation = self.threads[tid].generation;
+                    // The timer wakes the thread through a Step on a blocked thread.
+                    self.events.push(
+                        self.now + ns,
+                        Event::Step {
+                            tid,
+                            generation: generation | TIMER_BIT,
+                        },
+                    );
+                    return;
+                }
+                Op::Spin(pool) => {
+                    self.spin(tid, pool);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Handles a timer `Step` (generation tagged with [`TIMER_BIT`]).
+    pub fn on_timer(&mut self, tid: Tid, generation: u64) {
+        if self.threads[tid].generation == generation && self.threads[tid].state == State::Blocked {
+            let cpu = self.threads[tid].cpu;
+            self.wake(tid, cpu, cpu, None);
+        }
+    }
+
+    fn next_ops(&mut self, tid: Tid) {
+        match self.threads[tid].role {
+            Role::Producer(p) => self.producer_next(tid, p),
+            Role::Worker(_) => unreachable!("a worker's loop always has a next operation"),
+        }
+    }
+
+    fn set_running(&mut self, cpu: usize, tid: Option<Tid>) {
+        let now = self.now;
+        let c = &mut self.cpus[cpu];
+        match (c.running.is_some(), tid.is_some()) {
+            (false, true) => c.since = now,
+            (true, false) => {
+                c.busy_ns += now - c.since;
+                c.since = now;
+            }
+            _ => {}
+        }
+        c.running = tid;
+    }
+
+    /// Busy nanoseconds of `cpu` up to now.
+    pub fn busy_ns(&self, cpu: usize) -> Ns {
+        let c = &self.cpus[cpu];
+        c.busy_ns
+            + if c.running.is_some() {
+                self.now - c.since
+            } else {
+                0
+            }
+    }
+
+    fn block(&mut self, tid: Tid) {
+        let cpu = self.threads[tid].cpu;
+        self.threads[tid].state = State::Blocked;
+        self.cpus[cpu].last = Some(tid);
+        self.set_running(cpu, None);
+        self.dispatch(cpu);
+    }
+
+    fn preempt(&mut self, tid: Tid) {
+        let cpu = self.threads[tid].cpu;
+        self.threads[tid].state = State::Runnable;
+        self.cpus[cpu].last = Some(tid);
+        self.cpus[cpu].rq.push_back(tid);
+        self.waiting += 1;
+        self.set_running(cpu, None);
+        self.dispatch(cpu);
+    }
+
+    /// Gives an idle `cpu` its next thread: its run queue's first, else one pulled from
+    /// the nearest CPU with waiting threads (newidle balance).
+    fn dispatch(&mut self, cpu: usize) {
+        if self.cpus[cpu].running.is_some() {
+            return;
+        }
+        let Some(tid) = self.cpus[cpu].rq.pop_front() else {
+            if self.waiting > 0 && self.cpus[cpu].incoming == 0 {
+                self.pull(cpu);
+            }
+            return;
+        };
+        self.waiting -= 1;
+        self.start(cpu, tid);
+    }
+
+    fn start(&mut self, cpu: usize, tid: Tid) {
+        self.set_running(cpu, Some(tid));
+        let mut charge = 0.0;
+        if self.cpus[cpu].last != Some(tid) {
+            self.counters.context_switches += 1;
+            charge += self.cost.context_switch;
+        }
+        let t = &mut self.threads[tid];
+        let from = t.cpu;
+        t.state = State::Running;
+        t.cpu = cpu;
+        t.ran_since = self.now;
+        if from != cpu {
+            self.counters.migrations += 1;
+            charge += self.cost.hot_lines * self.c2c(from, cpu) / self.cost.mlp;
+        }
+        if charge > 0.0 {
+            self.threads[tid].ops.push_front(Op::Compute(charge));
+        }
+        self.run(tid);
+    }
+
+    /// Wakes `tid`, queued by a thread on `waker`, towards `hint`, within `mask` if given
+    /// (else the thread's allowed CPUs).
+    pub fn wake(&mut self, tid: Tid, waker: usize, hint: usize, mask: Option<&CpuSet>) {
+        let t = &mut self.threads[tid];
+        if t.state != State::Blocked {
+            t.wake_pending = true;
+            return;
+        }
+        self.counters.wakeups += 1;
+        let target = self.select_cpu(tid, waker, hint, mask);
+        let mut latency = if self.idle(target) {
+            let idle_for = self.now - self.cpus[target].since;
+            self.cost.wake
+                + if idle_for as f64 >= self.cost.cstate_after {
+                    self.cost.cstate_exit
+                } else {
+                    0.0
+                }
+        } else {
+            self.cost.wake_call
+        };
+        latency = self.rng.jitter(latency.round() as u64, self.cost.jitter) as f64;
+        self.threads[tid].state = State::Arriving;
+        self.cpus[target].incoming += 1;
+        self.events
+            .push(self.now + latency as Ns, Event::Arrive { tid, cpu: target });
+    }
+
+    /// Handles an `Arrive` event.
+    pub fn on_arrive(&mut self, tid: Tid, cpu: usize) {
+        self.cpus[cpu].incoming -= 1;
+        if self.cpus[cpu].running.is_none() && self.cpus[cpu].rq.is_empty() {
+            self.start(cpu, tid);
+        } else {
+            self.threads[tid].state = State::Runnable;
+            self.cpus[cpu].rq.push_back(tid);
+            self.waiting += 1;
+        }
+    }
+
+    fn select_cpu(&self, tid: Tid, waker: usize, hint: usize, mask: Option<&CpuSet>) -> usize {
+        let allowed = mask.unwrap_or(&self.threads[tid].allowed);
+        if allowed.len() == 1 {
+            return allowed.first().unwrap_or(hint);
+        }
+        let ok = |c: usize| allowed.contains(c) && self.idle(c);
+        let hint = if allowed.contains(hint) {
+            hint
+        } else {
+            allowed.first().unwrap_or(hint)
+        };
+        if ok(hint) {
+            return hint;
+        }
+        let near = |of: usize| {
+            let c = &self.cpus[of];
+            c.siblings.iter().chain(&c.llc).copied().find(|&x| ok(x))
+        };
+        if let Some(c) = near(hint) {
+            return c;
+        }
+        if !self.topo.facts(hint).llc.contains(waker) && self.topo.usable().contains(waker) {
+            if ok(waker) {
+                return waker;
+            }
+            if let Some(c) = near(waker) {
+                return c;
+            }
+        }
+        hint
+    }
+
+    /// Where a waiting thread's run queue is.
+    fn queue_of(&self, tid: Tid) -> Option<usize> {
+        (0..self.cpus.len()).find(|&c| self.cpus[c].rq.contains(&tid))
+    }
+
+    /// Newidle balance: `cpu` pulls the first waiting thread that may run on it, from
+    /// its LLC, then its node, then anywhere.
+    fn pull(&mut self, cpu: usize) {
+        let order: Vec<usize> = {
+            let c = &self.cpus[cpu];
+            let mut order: Vec<usize> = c.llc.clone();
+            order.extend(c.node_cpus.iter().filter(|x| !c.llc.contains(x)));
+            order.extend(
+                self.topo
+                    .usable()
+                    .iter()
+                    .filter(|&x| x != cpu && self.cpus[x].node != c.node),
+            );
+            order
+        };
+        for from in order {
+            if self.cpus[from].rq.is_empty() {
+                continue;
+            }
+            let found = self.cpus[from]
+                .rq
+                .iter()
+                .position(|&t| self.threads[t].allowed.contains(cpu));
+            if let Some(at) = found {
+                let tid = self.cpus[from].rq.remove(at).unwrap_or(usize::MAX);
+                self.waiting -= 1;
+                self.migrate(tid, cpu);
+                return;
+            }
+        }
+    }
+
+    fn migrate(&mut self, tid: Tid, to: usize) {
+        self.threads[tid].state = State::Arriving;
+        self.cpus[to].incoming += 1;
+        let delay = self.cost.migration_fixed.round() as Ns;
+        self.events
+            .push(self.now + delay, Event::Arrive { tid, cpu: to });
+    }
+
+    /// Periodic balance: every waiting thread that an idle CPU may run moves to the
+    /// nearest such CPU.
+    pub fn on_balance(&mut self) {
+        if self.waiting > 0 {
+            let busy: Vec<usize> = self
+                .topo
+                .usable()
+                .iter()
+                .filter(|&c| self.cpus[c].rq.len() > usize::from(self.cpus[c].running.is_none()))
+                .collect();
+            for from in busy {
+                let waiting: Vec<Tid> = self.cpus[from].rq.iter().copied().collect();
+                for tid in waiting {
+                    let target = {
+                        let c = &self.cpus[from];
+                        c.llc
+                            .iter()
+                            .chain(c.node_cpus.iter())
+                            .copied()
+                            .chain(self.topo.usable().iter())
+                            .find(|&x| self.threads[tid].allowed.contains(x) && self.idle(x))
+                    };
+                    if let Some(to) = target {
+                        if let Some(at) = self.cpus[from].rq.iter().position(|&t| t == tid) {
+                            self.cpus[from].rq.remove(at);
+                            self.waiting -= 1;
+                            self.migrate(tid, to);
+                        }
+                    }
+                }
+            }
+        }
+        self.reap();
+        let next = self.now + self.cost.balance_interval.round() as Ns;
+        self.events.push(next, Event::Balance);
+    }
+
+    /// Removes a waiting or blocked thread for good (a reaped worker).
+    pub fn exit(&mut self, tid: Tid) {
+        if let Some(cpu) = self.queue_of(tid) {
+            self.cpus[cpu].rq.retain(|&t| t != tid);
+            self.waiting -= 1;
+        }
+        self.threads[tid].state = State::Exited;
+        self.threads[tid].ops.clear();
+    }
+}
+
+/// Marks a `Step` event's generation as a sleep timer.
+pub const TIMER_BIT: u64 = 1 << 63;

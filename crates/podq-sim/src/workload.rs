@@ -1,0 +1,143 @@
+//! What to simulate, as data: the queue under test, the producers and what each item
+//! costs. The same descriptions `podq bench` runs on threads.
+
+use podq_topology::Scope;
+
+use crate::events::Ns;
+
+/// The attributes of a simulated workqueue.
+#[derive(Clone, Debug, PartialEq)]
+pub struct QueueSpec {
+    /// Its name (`rpciod`, `queue`, ...).
+    pub name: String,
+    /// Affinity scope.
+    pub scope: Scope,
+    /// Strict pods.
+    pub strict: bool,
+    /// `max_active`.
+    pub max_active: usize,
+    /// Ordered: one item at a time, in queueing order (one pwq, `max_active` 1).
+    pub ordered: bool,
+}
+
+impl QueueSpec {
+    /// A queue with the kernel's default `max_active`.
+    pub fn new(name: &str, scope: Scope, strict: bool) -> QueueSpec {
+        QueueSpec {
+            name: name.to_owned(),
+            scope,
+            strict,
+            max_active: podq_policy::WQ_DFL_ACTIVE,
+            ordered: false,
+        }
+    }
+}
+
+/// When a free takes the allocator's slow path (as `podq bench --remote-free`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteFree {
+    /// Freed on another CPU than it was allocated on.
+    Cpu,
+    /// Freed on another NUMA node.
+    Node,
+}
+
+/// The NFS-over-RDMA miniature (`podq bench completion`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompletionSpec {
+    /// The CPU of each completion producer (CQ).
+    pub producer_cpus: Vec<usize>,
+    /// I/Os in flight per producer.
+    pub depth: usize,
+    /// Allocator object size, bytes.
+    pub object_size: usize,
+    /// Objects per CPU cache.
+    pub alloc_cache: usize,
+    /// Which frees are remote.
+    pub remote_free: RemoteFree,
+    /// CPU time of a producer per I/O (completion handling), ns.
+    pub producer_ns: Ns,
+    /// CPU time of an rpciod item besides its buffer read and allocator work, ns.
+    pub rpciod_ns: Ns,
+    /// CPU time of an nfsiod item besides its allocator work, ns.
+    pub nfsiod_ns: Ns,
+    /// rpciod's scope in each equal time segment (empty: the queue's scope throughout).
+    pub toggle: Vec<Scope>,
+}
+
+/// A workload.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Workload {
+    /// test_workqueue: each producer queues its own item, waits for it, queues it again.
+    Queue {
+        /// Producer CPUs.
+        producer_cpus: Vec<usize>,
+        /// CPU time of an item, ns.
+        item_ns: Ns,
+    },
+    /// One synchronous submitter with think time.
+    Latency {
+        /// The submitter's CPU.
+        cpu: usize,
+        /// Think time between items, ns.
+        think_ns: Ns,
+        /// CPU time of an item, ns.
+        item_ns: Ns,
+    },
+    /// Producers queueing back to back, up to `depth` items each in flight.
+    Throughput {
+        /// Producer CPUs.
+        producer_cpus: Vec<usize>,
+        /// Items in flight per producer.
+        depth: usize,
+        /// CPU time of an item, ns.
+        item_ns: Ns,
+    },
+    /// CQ producers -> rpciod -> nfsiod with the slab model.
+    Completion(CompletionSpec),
+}
+
+impl Workload {
+    /// `queue`, `latency`, `throughput` or `completion`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Workload::Queue { .. } => "queue",
+            Workload::Latency { .. } => "latency",
+            Workload::Throughput { .. } => "throughput",
+            Workload::Completion(_) => "completion",
+        }
+    }
+
+    /// The producer CPUs.
+    pub fn producer_cpus(&self) -> Vec<usize> {
+        match self {
+            Workload::Queue { producer_cpus, .. } | Workload::Throughput { producer_cpus, .. } => {
+                producer_cpus.clone()
+            }
+            Workload::Latency { cpu, .. } => vec![*cpu],
+            Workload::Completion(c) => c.producer_cpus.clone(),
+        }
+    }
+}
+
+/// How long a run lasts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RunLength {
+    /// Virtual time.
+    Duration(Ns),
+    /// Items per producer (the run ends when all producers' items are done).
+    Items(u64),
+}
+
+/// One simulation run.
+#[derive(Clone, Debug)]
+pub struct RunSpec {
+    /// The workload.
+    pub workload: Workload,
+    /// The queue under test (rpciod in `completion`).
+    pub queue: QueueSpec,
+    /// How long.
+    pub length: RunLength,
+    /// The random seed.
+    pub seed: u64,
+}
