@@ -61,6 +61,11 @@ fn parse_interval(text: &str) -> Result<f64, String> {
 pub struct WqRow {
     /// The workqueue.
     pub name: String,
+    /// The scope: the requested one, with what it resolved to for `default` and the
+    /// scope chosen for `auto` (`auto (smt)`).
+    pub scope: Option<String>,
+    /// `auto`: switches made and the last one with its reason.
+    pub last_switch: Option<String>,
     /// Items started.
     pub started: Option<u64>,
     /// Items completed.
@@ -159,12 +164,40 @@ pub fn wq_row(stats: &Value) -> WqRow {
         };
         (worst("p50"), worst("p99"))
     };
+    let requested = stats
+        .get("attrs")
+        .and_then(|a| a.get("scope"))
+        .and_then(Value::as_str);
+    let effective = stats.get("effective_scope").and_then(Value::as_str);
+    let auto = stats.get("auto").filter(|a| !a.is_null());
+    let scope = match (requested, effective) {
+        (Some("default"), Some(e)) if auto.is_some() => Some(format!("default (auto: {e})")),
+        (Some(r @ ("default" | "auto")), Some(e)) => Some(format!("{r} ({e})")),
+        (Some(r), _) => Some(r.to_owned()),
+        (None, e) => e.map(str::to_owned),
+    };
+    let last_switch = auto.map(|a| {
+        let switches = a.get("switches").and_then(Value::as_u64).unwrap_or(0);
+        let last = a
+            .get("last_switch")
+            .cloned()
+            .and_then(|s| serde_json::from_value::<podq::policy::auto::Switch>(s).ok());
+        match last {
+            Some(s) => format!(
+                "{switches} switch(es); last at window {}: {} -> {}: {}",
+                s.window, s.from, s.to, s.reason
+            ),
+            None => format!("{switches} switch(es)"),
+        }
+    });
     WqRow {
         name: stats
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or("?")
             .to_owned(),
+        scope,
+        last_switch,
         started: own("started"),
         completed: own("completed"),
         started_per_s: None,
@@ -284,6 +317,7 @@ fn duration_ns(ns: Option<u64>, upper_bound: bool) -> String {
 pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> String {
     let header = [
         "WORKQUEUE",
+        "scope",
         "total",
         "/s",
         "infl",
@@ -294,11 +328,12 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
         "p50",
         "p99",
     ];
-    let rows: Vec<[String; 10]> = wqs
+    let rows: Vec<[String; 11]> = wqs
         .iter()
         .map(|w| {
             [
                 w.name.clone(),
+                w.scope.clone().unwrap_or_else(|| "-".into()),
                 opt(w.started),
                 w.started_per_s.map_or("-".into(), |r| format!("{r:.0}")),
                 opt(w.in_flight()),
@@ -312,6 +347,11 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
         })
         .collect();
     let mut out = crate::table::render(&header, &rows);
+    for w in wqs {
+        if let Some(last) = &w.last_switch {
+            out.push_str(&format!("{} auto: {last}\n", w.name));
+        }
+    }
     let rows: Vec<[String; 3]> = busy
         .iter()
         .map(|b| {
@@ -489,6 +529,37 @@ mod tests {
         let row = wq_row(&stats);
         assert_eq!(row.queue_to_start_p99_ns, Some(700));
         assert!(!row.latency_is_pool_max);
+    }
+
+    #[test]
+    fn auto_shows_its_scope_and_last_switch() {
+        let stats = json!({
+            "name": "rpciod",
+            "attrs": { "scope": "auto" },
+            "effective_scope": "system",
+            "auto": {
+                "scope": "system", "switches": 1,
+                "last_switch": {
+                    "window": 12, "from": "cache_shard", "to": "system", "strict": false,
+                    "reason": { "kind": "imbalance", "saturated_cpus": 8, "idle_cpus": 8,
+                                "saturated_busy": 0.9, "idle_busy": 0.0 }
+                }
+            },
+            "pools": []
+        });
+        let row = wq_row(&stats);
+        assert_eq!(row.scope.as_deref(), Some("auto (system)"));
+        assert_eq!(
+            row.last_switch.as_deref(),
+            Some("1 switch(es); last at window 12: cache_shard -> system: imbalance: 8 CPUs 90% busy, 8 CPUs 0% busy")
+        );
+        let table = render_table(&[row], &[], &[]);
+        assert!(table.contains("auto (system)"), "{table}");
+        assert!(table.contains("rpciod auto: 1 switch(es)"), "{table}");
+        let fixed = wq_row(&json!({ "name": "q", "attrs": { "scope": "smt" },
+                                    "effective_scope": "smt", "pools": [] }));
+        assert_eq!(fixed.scope.as_deref(), Some("smt"));
+        assert_eq!(fixed.last_switch, None);
     }
 
     #[test]

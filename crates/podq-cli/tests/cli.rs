@@ -251,8 +251,10 @@ fn monitor_prints_tables_and_json_lines() {
     ]);
     assert_eq!(table.matches("WORKQUEUE").count(), 2, "{table}");
     let rpciod = table.lines().find(|l| l.starts_with("rpciod")).unwrap();
-    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ^).
+    // scope, total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ^).
     let cells: Vec<&str> = rpciod.split_whitespace().collect();
+    let cells = &cells[1..];
+    assert_eq!(cells[0], "-", "these stats name no scope");
     assert_eq!(cells[1], "40");
     assert_eq!(cells[3], "2");
     assert_eq!(cells[4], "0.002");

@@ -70,6 +70,10 @@ pub struct Pool {
     pub allowed: CpuSet,
     /// Its lock.
     pub lock: usize,
+    /// Items pushed onto the worklist so far.
+    pub pushed: u64,
+    /// Items workers took from it so far.
+    pub taken: u64,
     /// Active items and their pwqs.
     pub worklist: VecDeque<(Item, usize)>,
     /// Idle workers, oldest first, with when they went idle.
@@ -184,6 +188,8 @@ impl Sim<'_> {
             strict,
             allowed,
             lock,
+            pushed: 0,
+            taken: 0,
             worklist: VecDeque::new(),
             idle: Vec::new(),
             nr_workers: 0,
@@ -280,6 +286,7 @@ impl Sim<'_> {
         let cpu = self.threads[tid].cpu;
         let p = &mut self.world.pools[pool];
         p.worklist.push_back((item, pwq));
+        p.pushed += 1;
         if !p.spinners.is_empty() {
             let spinner = p.spinners.remove(0);
             let ns = self.c2c(cpu, self.threads[spinner].cpu);
@@ -389,6 +396,7 @@ impl Sim<'_> {
         let lock = self.world.pools[pool].lock;
         let hold = self.cost.pool_hold;
         if let Some((item, pwq)) = self.world.pools[pool].worklist.pop_front() {
+            self.world.pools[pool].taken += 1;
             let out = self.kick_locked(pool);
             self.push_ops(
                 tid,
