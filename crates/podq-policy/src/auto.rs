@@ -36,7 +36,10 @@
 //!   step that did not reduce the problem it was made for ([`Reason::Ineffective`]).
 //!   A different load (the completion queues moved, the rate changed) lifts both.
 //! - *Outcome*: after the dwell, a switch that cost more than [`AutoConfig::regression`]
-//!   of the items/s measured before it is reverted and remembered.
+//!   of the items/s measured before it is reverted and remembered; one that fell below
+//!   [`AutoConfig::collapse`] of it is reverted as soon as the confirmation windows show
+//!   it. Signals say where a problem is, not what a switch costs elsewhere (a narrower
+//!   scope can cost more in hand-offs than its lock saved): the outcome says that.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -187,6 +190,9 @@ pub struct AutoConfig {
     pub spill_share: f64,
     /// A switch whose items/s falls by more than this share is reverted.
     pub regression: f64,
+    /// A switch whose items/s falls below this share of what it was is reverted as
+    /// soon as `confirm_windows` windows show it, without waiting for the dwell.
+    pub collapse: f64,
     /// A step must reduce the problem it was made for by this share to be followed by
     /// another step in the same direction.
     pub min_gain: f64,
@@ -211,6 +217,7 @@ impl Default for AutoConfig {
             min_idle_share: 0.25,
             spill_share: 0.5,
             regression: 0.05,
+            collapse: 0.5,
             min_gain: 0.2,
             same_load: 0.25,
         }
@@ -229,6 +236,7 @@ impl AutoConfig {
             ("min_idle_share", self.min_idle_share),
             ("spill_share", self.spill_share),
             ("regression", self.regression),
+            ("collapse", self.collapse),
             ("min_gain", self.min_gain),
             ("same_load", self.same_load),
         ];
@@ -887,7 +895,11 @@ pub fn decide(
     }
     state.judged.rate += s.arrival_rate;
     let dwell = u64::from(config.min_dwell_windows);
-    if state.since_switch < dwell {
+    let collapsed = state.eval.as_ref().is_some_and(|e| {
+        state.judged.windows >= u64::from(config.confirm_windows)
+            && state.judged.mean() < e.items_per_s_before * config.collapse
+    });
+    if state.since_switch < dwell && !collapsed {
         let left = dwell - state.since_switch;
         return stay(state, Reason::Dwelling { left });
     }
@@ -920,6 +932,11 @@ pub fn decide(
             }
             return switch(ladder, state, proposal, &s);
         }
+    }
+    // Only a collapse ends the dwell early, and only to revert.
+    if state.since_switch < dwell {
+        let left = dwell - state.since_switch;
+        return stay(state, Reason::Dwelling { left });
     }
     let proposal = match propose(ladder, &state, config, &s) {
         Ok(p) => p,
@@ -1474,6 +1491,37 @@ mod tests {
             d.reason,
             Reason::Held {
                 toward: Scope::CacheShard
+            }
+        );
+    }
+
+    /// A switch that collapses throughput is reverted after the confirmation windows,
+    /// before the dwell is over, and not tried again under the same load.
+    #[test]
+    fn a_collapsing_switch_is_reverted_at_once() {
+        let (_, ladder) = ladder("1s12c");
+        let config = AutoConfig::default();
+        let plant = |s: &AutoState| {
+            let mut w = window(&ladder, s, |p| {
+                pod(p, 0.6, 0, if p.len() == 12 { 0.2 } else { 0.0 }, 0.5)
+            });
+            w.completed = if s.rung() == 2 { ITEMS } else { 3_000 };
+            w
+        };
+        let (_, switches) = run(
+            &ladder,
+            &config,
+            ladder.start(Scope::Cache, false),
+            10_000,
+            plant,
+        );
+        let got: Vec<(u64, Scope)> = switches.iter().map(|s| (s.window, s.to)).collect();
+        assert_eq!(got, [(3, Scope::CacheShard), (6, Scope::Cache)]);
+        assert_eq!(
+            switches[1].reason,
+            Reason::Regressed {
+                before: 100_000.0,
+                after: 30_000.0
             }
         );
     }

@@ -3,9 +3,9 @@
 //! decides ([`podq_policy::auto::decide`]) and a switch goes through the simulator's
 //! live attribute change ([`Sim::apply_attrs`]).
 //!
-//! One difference from the runtime: a pod's busy time here is its CPUs' busy time
-//! (mpstat's view, producers included), which the simulator knows exactly; the runtime
-//! sees only its workers' run time.
+//! As in the runtime, a pod's busy time is its pool's workers' time in items, and its
+//! capacity its CPUs (the most workers the pool runs at once): a pool is saturated when
+//! its workers are, whatever else its CPUs run.
 
 use podq_policy::auto::{
     decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, Switch, Window,
@@ -131,7 +131,7 @@ impl SimAuto {
                 acquisitions: lock[0].acquisitions + lock[1].acquisitions,
                 contended: lock[0].contended + lock[1].contended,
                 wait_ns: lock[0].wait_ns + lock[1].wait_ns,
-                busy_ns: pool.pod.iter().map(|c| sim.busy_ns(c)).sum(),
+                busy_ns: pool.busy_ns,
             };
             if self.seen.len() <= p {
                 self.seen.resize(p + 1, None);

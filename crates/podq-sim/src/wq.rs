@@ -74,6 +74,8 @@ pub struct Pool {
     pub pushed: u64,
     /// Items workers took from it so far.
     pub taken: u64,
+    /// Time its workers spent in items so far (start to the lock after the item).
+    pub busy_ns: Ns,
     /// Active items and their pwqs.
     pub worklist: VecDeque<(Item, usize)>,
     /// Idle workers, oldest first, with when they went idle.
@@ -190,6 +192,7 @@ impl Sim<'_> {
             lock,
             pushed: 0,
             taken: 0,
+            busy_ns: 0,
             worklist: VecDeque::new(),
             idle: Vec::new(),
             nr_workers: 0,
@@ -471,6 +474,8 @@ impl Sim<'_> {
     /// Under the pool lock after an item: release its active slot, activate the next
     /// waiting item of that node counter, then look for more work.
     pub fn item_done(&mut self, tid: Tid, pwq: usize) {
+        let pool = self.world.pwqs[pwq].pool;
+        self.world.pools[pool].busy_ns += self.now - self.threads[tid].item_since;
         let (wq, slot) = (self.world.pwqs[pwq].wq, self.world.pwqs[pwq].slot);
         self.world.wqs[wq].slots[slot].nr -= 1;
         self.activate_pending(tid, wq, slot);

@@ -36,6 +36,8 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//! - [`Scope::Auto`] has no kernel counterpart: the workqueue chooses its scope from
+//!   its statistics (see [`auto`]).
 
 mod attrs;
 pub mod auto;

@@ -133,7 +133,8 @@ pub struct BenchArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
     pub toggle: Vec<Scope>,
     /// `completion`: CQ placements in equal time segments, e.g. node0,split,node1
-    /// (`nodeN` or `split`); the producers re-pin at each boundary.
+    /// (`nodeN` or `split`; the first replaces --cq-placement); the producers re-pin at
+    /// each boundary.
     #[arg(long, value_delimiter = ',')]
     pub cq_move: Vec<String>,
     /// `completion`: allocator object size in bytes.
@@ -496,6 +497,10 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
                     moves.len()
                 )));
             }
+            // With --cq-move the first segment's placement is the first one named.
+            let producer_cpus = moves
+                .first()
+                .map_or(producer_cpus, |(_, cpus)| cpus.clone());
             vec![Test::Completion(Arc::new(CompletionParams {
                 producer_cpus,
                 depth: args.depth,

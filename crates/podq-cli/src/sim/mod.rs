@@ -104,7 +104,8 @@ pub struct SimArgs {
     #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
     pub toggle: Vec<Scope>,
     /// `completion`: CQ placements in equal time segments, e.g. split,node0 (`nodeN`
-    /// or `split`); a producer moves at its next wake-up.
+    /// or `split`; the first replaces --cq-placement); a producer moves at its next
+    /// wake-up.
     #[arg(long, value_delimiter = ',')]
     pub cq_move: Vec<String>,
     /// `--scopes auto`: the controller's window of virtual time.
@@ -338,8 +339,14 @@ fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
             if count == 0 {
                 return Err(usage("--cq must be at least 1"));
             }
+            let moves = cq_moves(args, topology, count)?;
+            // With --cq-move the first segment's placement is the first one named.
+            let producer_cpus = match moves.first() {
+                Some(first) => first.clone(),
+                None => place_producers(topology, &args.cq_placement, count)?,
+            };
             vec![Workload::Completion(CompletionSpec {
-                producer_cpus: place_producers(topology, &args.cq_placement, count)?,
+                producer_cpus,
                 depth: args.depth.unwrap_or(16),
                 object_size: args.object_size,
                 alloc_cache: args.alloc_cache,
@@ -351,7 +358,7 @@ fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
                 rpciod_ns: ns(args.rpciod_work),
                 nfsiod_ns: ns(args.nfsiod_work),
                 toggle: args.toggle.clone(),
-                moves: cq_moves(args, topology, count)?,
+                moves,
             })]
         }
     })
