@@ -1,12 +1,14 @@
 //! `podq ctl`: list workqueues, read and write their attributes, read and change the
-//! process default scope — with the kernel's sysfs value strings — and make the process
-//! re-read its usable CPUs.
+//! process default scope — with the kernel's sysfs value strings —, make the process
+//! re-read its usable CPUs, and read its stats. Everything the server sends is printed
+//! with control characters escaped.
 
 use std::io::Write;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use podq::control::{QueueSummary, Request};
+use podq::control::{escape_controls, QueueSummary, Request};
+use podq::WorkqueueStats;
 
 use crate::target::TargetArgs;
 
@@ -52,6 +54,13 @@ enum Action {
     /// Make the process re-read its usable CPUs (online, affinity, cgroup cpuset) and
     /// re-pod its workqueues; prints the usable CPU list.
     Refresh,
+    /// Print the stats snapshots (JSON) of every visible workqueue, or of one; their
+    /// pools' failure counters (`worker_spawn_failures`, `affinity_failures`, ...) say
+    /// what the runtime could not do.
+    Stats {
+        /// Only this workqueue.
+        wq: Option<String>,
+    },
 }
 
 /// Runs `podq ctl`.
@@ -84,6 +93,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             "set the default scope".to_owned(),
         ),
         Action::Refresh => (Request::Refresh, "refresh the usable CPUs".to_owned()),
+        Action::Stats { wq } => (
+            Request::Stats { queue: wq.clone() },
+            "read the stats".to_owned(),
+        ),
     };
     let reply = client
         .call(&request)
@@ -91,9 +104,12 @@ pub fn run(args: CtlArgs) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match args.action {
         Action::List { json } => {
-            let queues = reply
+            let queues: Vec<QueueSummary> = reply
                 .queues
-                .context("the server's list reply has no queues")?;
+                .context("the server's list reply has no queues")?
+                .iter()
+                .map(printable)
+                .collect();
             if json {
                 serde_json::to_writer_pretty(&mut out, &queues)?;
                 writeln!(out)?;
@@ -101,12 +117,54 @@ pub fn run(args: CtlArgs) -> Result<()> {
                 write!(out, "{}", list_table(&queues))?;
             }
         }
+        Action::Stats { .. } => {
+            let mut stats = reply.stats.context("the server's reply has no stats")?;
+            for wq in &mut stats {
+                wq.name = escape_controls(&wq.name).into_owned();
+                for pool in &mut wq.pools {
+                    pool.pod_cpus = escape_controls(&pool.pod_cpus).into_owned();
+                }
+            }
+            serde_json::to_writer_pretty(&mut out, &stats)?;
+            writeln!(out)?;
+            warn_failures(&stats);
+        }
         _ => {
             let value = reply.value.context("the server's reply has no value")?;
-            writeln!(out, "{value}")?;
+            writeln!(out, "{}", escape_controls(&value))?;
         }
     }
     Ok(())
+}
+
+/// `queue` with every string escaped for the terminal.
+fn printable(queue: &QueueSummary) -> QueueSummary {
+    let mut q = queue.clone();
+    for field in [
+        &mut q.name,
+        &mut q.affinity_scope,
+        &mut q.affinity_strict,
+        &mut q.cpumask,
+        &mut q.max_active,
+        &mut q.nice,
+    ] {
+        *field = escape_controls(field).into_owned();
+    }
+    q
+}
+
+/// One line on stderr per workqueue whose pools could not create worker threads.
+fn warn_failures(stats: &[WorkqueueStats]) {
+    for wq in stats {
+        let failed: u64 = wq.pools.iter().map(|p| p.worker_spawn_failures).sum();
+        if failed > 0 {
+            eprintln!(
+                "warning: workqueue {}: {failed} worker threads could not be created \
+                 (each retried after the create cooldown)",
+                wq.name
+            );
+        }
+    }
 }
 
 /// The `list` table, columns padded to their widest cell.
@@ -143,14 +201,12 @@ mod tests {
 
     #[test]
     fn table_aligns_columns() {
-        let q = |name: &str, scope: &str| QueueSummary {
-            name: name.into(),
-            affinity_scope: scope.into(),
-            affinity_strict: "0".into(),
-            cpumask: "3".into(),
-            max_active: "256".into(),
-            nice: "0".into(),
-            ordered: false,
+        let q = |name: &str, scope: &str| -> QueueSummary {
+            serde_json::from_value(serde_json::json!({
+                "name": name, "affinity_scope": scope, "affinity_strict": "0",
+                "cpumask": "3", "max_active": "256", "nice": "0", "ordered": false
+            }))
+            .unwrap()
         };
         let table = list_table(&[q("rpciod", "default (cache_shard)"), q("nfsiod", "numa")]);
         let want = "\
@@ -159,5 +215,8 @@ rpciod  default (cache_shard)       0        3         256     0  no
 nfsiod  numa                        0        3         256     0  no
 ";
         assert_eq!(table, want);
+        let evil = printable(&q("a\x1b[2Jb", "numa\u{9b}1m"));
+        assert_eq!(evil.name, r"a\u{1b}[2Jb");
+        assert_eq!(evil.affinity_scope, r"numa\u{9b}1m");
     }
 }

@@ -9,34 +9,70 @@
 //! attributes, so these include other queues' items on shared pools): `cpu_s` CPU
 //! seconds in items, `cont%` contended lock acquisitions (enqueue + dequeue), `local%`
 //! items run in the LLC they were queued in (same CPU, SMT core or LLC), `p50`/`p99`
-//! queue→start latency. When the stats carry no whole-queue latency, the worst pool's
-//! percentile is shown, marked `^`: an upper bound of the pools' combined percentile,
-//! since no pool has more than the tail's share of items above it.
+//! queue→start latency, `mayday` calls for a rescuer and items `rescued`. When the
+//! stats carry no whole-queue latency, the worst pool's percentile is shown, marked
+//! `≤`: an upper bound of the pools' combined percentile, since no pool has more than
+//! the tail's share of items above it.
+//!
+//! On a terminal each sample replaces the previous one (like `top`); piped, samples
+//! follow each other, each under a line with its time.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 use clap::Args;
-use podq::control::Request;
+use podq::control::{escape_controls, Request};
 use podq::procfs::{self, ProcStat, ThreadSched};
-use podq::topology::CpuSet;
+use podq::stats::{Latency, PoolStats};
+use podq::topology::{CpuSet, Scope};
+use podq::WorkqueueStats;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::target::TargetArgs;
+use crate::target::{Session, TargetArgs};
 
 /// Thread rows shown per sample in the table (the busiest); `--json` prints all.
 const THREAD_ROWS: usize = 12;
 
+/// What the table's columns mean, for `--help`.
+const COLUMNS_HELP: &str = "\
+Columns (per workqueue; counts since it was made, rates over the last interval):
+  scope    the affinity scope; for `default` and `auto` the scope in force in
+           parentheses (`auto (smt)`); an auto queue's switches and the last one's
+           reason follow the table
+  total    items started
+  /s       items started per second
+  infl     in flight: started but not finished
+  cpu_s    CPU seconds the pools' workers spent in items
+  rpr      repatriations: an idle worker that last ran outside its pod woken to run
+           there again (non-strict pools)
+  cont%    share of pool-lock acquisitions that found the lock held (queue + take)
+  local%   share of items run in the LLC they were queued in (same CPU, core or LLC)
+  p50 p99  queue -> start latency; `≤` marks the worst pool's figure, an upper bound
+           of the queue's own when it uses several pools
+  mayday   calls for the rescuer while no worker could be started
+  rescued  items the rescuer ran
+cpu_s, cont%, local%, the percentiles, mayday and rescued cover the pools the queue
+uses; pools are shared by queues with equal attributes. Then busy/idle per node and
+CPU (/proc/stat) and the busiest threads of the process (/proc/PID/task).
+On a terminal the screen is redrawn in place; piped, samples are appended.
+
+Examples:
+  podq monitor --pid 9464
+  podq monitor --pid 9464 -i 500ms rpciod nfsiod
+  podq monitor --pid 9464 --json --count 10 > samples.jsonl";
+
 /// `podq monitor` arguments.
 #[derive(Args, Debug)]
+#[command(after_long_help = COLUMNS_HELP)]
 pub struct MonitorArgs {
     #[command(flatten)]
     target: TargetArgs,
-    /// Seconds between samples.
+    /// Time between samples: seconds (`2`, `0.5`) or a duration (`500ms`, `1m`), at
+    /// most a day.
     #[arg(long, short = 'i', default_value = "1", value_parser = parse_interval)]
     interval: f64,
     /// Print JSON Lines (one object per workqueue, node, CPU and thread per sample).
@@ -50,9 +86,16 @@ pub struct MonitorArgs {
 }
 
 fn parse_interval(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
-        _ => Err(format!("`{text}` is not a number of seconds in (0, 86400]")),
+    let seconds = text.parse::<f64>().ok().or_else(|| {
+        humantime::parse_duration(text)
+            .ok()
+            .map(|d| d.as_secs_f64())
+    });
+    match seconds {
+        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
+        _ => Err(format!(
+            "`{text}` is not an interval above 0 and at most a day: seconds (0.5) or a duration (500ms, 2s, 1m)"
+        )),
     }
 }
 
@@ -90,6 +133,10 @@ pub struct WqRow {
     pub queue_to_start_p99_ns: Option<u64>,
     /// Whether the percentiles are the worst pool's (an upper bound).
     pub latency_is_pool_max: bool,
+    /// Calls for a rescuer while no worker could be started.
+    pub maydays: Option<u64>,
+    /// Items run by rescuers.
+    pub rescued: Option<u64>,
 }
 
 impl WqRow {
@@ -111,111 +158,63 @@ impl WqRow {
     }
 }
 
-/// Sums a numeric field over pools; `None` when no pool has it.
-fn sum(pools: &[Value], path: &[&str]) -> Option<u64> {
-    pools
-        .iter()
-        .filter_map(|p| path.iter().try_fold(p, |v, k| v.get(k))?.as_u64())
-        .fold(None, |acc, v| Some(acc.unwrap_or(0) + v))
+/// Sums a field over pools; `None` when there is no pool.
+fn sum(pools: &[PoolStats], field: impl Fn(&PoolStats) -> u64) -> Option<u64> {
+    (!pools.is_empty()).then(|| pools.iter().map(field).sum())
 }
 
-/// The row of one workqueue's stats object (`podq::stats::WorkqueueStats` as JSON).
-pub fn wq_row(stats: &Value) -> WqRow {
-    let empty = Vec::new();
-    let pools = stats
-        .get("pools")
-        .and_then(Value::as_array)
-        .unwrap_or(&empty);
-    let add = |a: Option<u64>, b: Option<u64>| match (a, b) {
-        (None, None) => None,
-        (a, b) => Some(a.unwrap_or(0) + b.unwrap_or(0)),
+/// The row of one workqueue's stats snapshot. The stats carry no whole-queue latency,
+/// so the percentiles are the worst pool's (an upper bound, marked `≤`).
+pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
+    let pools = &stats.pools;
+    let local = sum(pools, |p| {
+        p.locality.same_cpu + p.locality.same_smt + p.locality.same_llc
+    });
+    let located =
+        sum(pools, |p| p.locality.same_node + p.locality.remote).and_then(|far| Some(far + local?));
+    let worst = |quantile: fn(&Latency) -> u64| {
+        pools
+            .iter()
+            .filter(|p| p.queue_to_start_ns.count > 0)
+            .map(|p| quantile(&p.queue_to_start_ns))
+            .max()
     };
-    // The queue's own counts when the stats have them; else the pools' (exact when
-    // the queue shares no pool).
-    let own = |k: &str| {
-        stats
-            .get("totals")
-            .and_then(|t| t.get(k))
-            .and_then(Value::as_u64)
-            .or_else(|| sum(pools, &[k]))
+    let p99 = worst(|l| l.p99);
+    let effective = stats.effective_scope;
+    let scope = match stats.attrs.scope {
+        Scope::Default if stats.auto.is_some() => format!("default (auto: {effective})"),
+        requested @ (Scope::Default | Scope::Auto) => format!("{requested} ({effective})"),
+        requested => requested.to_string(),
     };
-    let locality = |k| sum(pools, &["locality", k]);
-    let local = add(
-        add(locality("same_cpu"), locality("same_smt")),
-        locality("same_llc"),
-    );
-    let located = add(add(local, locality("same_node")), locality("remote"));
-    let percentile = |source: &Value, key: &str| {
-        source
-            .get("queue_to_start_ns")
-            .and_then(|l| l.get(key))
-            .and_then(Value::as_u64)
-    };
-    let whole = stats.get("queue_to_start_ns").is_some();
-    let (p50, p99) = if whole {
-        (percentile(stats, "p50"), percentile(stats, "p99"))
-    } else {
-        let worst = |key| {
-            pools
-                .iter()
-                .filter(|p| percentile(p, "count").unwrap_or(0) > 0)
-                .filter_map(|p| percentile(p, key))
-                .max()
-        };
-        (worst("p50"), worst("p99"))
-    };
-    let requested = stats
-        .get("attrs")
-        .and_then(|a| a.get("scope"))
-        .and_then(Value::as_str);
-    let effective = stats.get("effective_scope").and_then(Value::as_str);
-    let auto = stats.get("auto").filter(|a| !a.is_null());
-    let scope = match (requested, effective) {
-        (Some("default"), Some(e)) if auto.is_some() => Some(format!("default (auto: {e})")),
-        (Some(r @ ("default" | "auto")), Some(e)) => Some(format!("{r} ({e})")),
-        (Some(r), _) => Some(r.to_owned()),
-        (None, e) => e.map(str::to_owned),
-    };
-    let last_switch = auto.map(|a| {
-        let switches = a.get("switches").and_then(Value::as_u64).unwrap_or(0);
-        let last = a
-            .get("last_switch")
-            .cloned()
-            .and_then(|s| serde_json::from_value::<podq::policy::auto::Switch>(s).ok());
-        match last {
-            Some(s) => format!(
-                "{switches} switch(es); last at window {}: {} -> {}: {}",
-                s.window, s.from, s.to, s.reason
-            ),
-            None => format!("{switches} switch(es)"),
-        }
+    let last_switch = stats.auto.as_ref().map(|a| match &a.last_switch {
+        Some(s) => format!(
+            "{} switch(es); last at window {}: {} -> {}: {}",
+            a.switches, s.window, s.from, s.to, s.reason
+        ),
+        None => format!("{} switch(es)", a.switches),
     });
     WqRow {
-        name: stats
-            .get("name")
-            .and_then(Value::as_str)
-            .unwrap_or("?")
-            .to_owned(),
-        scope,
+        name: escape_controls(&stats.name).into_owned(),
+        scope: Some(scope),
         last_switch,
-        started: own("started"),
-        completed: own("completed"),
+        started: Some(stats.totals.started),
+        completed: Some(stats.totals.completed),
         started_per_s: None,
-        cpu_time_s: sum(pools, &["cpu_time_ns"]).map(|ns| ns as f64 / 1e9),
-        repatriated: own("repatriated"),
-        lock_acquisitions: add(
-            sum(pools, &["enqueue_lock", "acquisitions"]),
-            sum(pools, &["dequeue_lock", "acquisitions"]),
-        ),
-        lock_contended: add(
-            sum(pools, &["enqueue_lock", "contended"]),
-            sum(pools, &["dequeue_lock", "contended"]),
-        ),
+        cpu_time_s: sum(pools, |p| p.cpu_time_ns).map(|ns| ns as f64 / 1e9),
+        repatriated: Some(stats.totals.repatriated),
+        lock_acquisitions: sum(pools, |p| {
+            p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions
+        }),
+        lock_contended: sum(pools, |p| {
+            p.enqueue_lock.contended + p.dequeue_lock.contended
+        }),
         local,
         located,
-        queue_to_start_p50_ns: p50,
+        queue_to_start_p50_ns: worst(|l| l.p50),
         queue_to_start_p99_ns: p99,
-        latency_is_pool_max: !whole && p99.is_some(),
+        latency_is_pool_max: p99.is_some(),
+        maydays: sum(pools, |p| p.maydays),
+        rescued: sum(pools, |p| p.rescued),
     }
 }
 
@@ -296,18 +295,29 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
 }
 
-/// Nanoseconds in a short human unit.
+/// Nanoseconds scaled to their unit with three significant digits at most (`850 ns`,
+/// `5.4 µs`, `115 µs`, `3.0 ms`); `≤` marks an upper bound.
 fn duration_ns(ns: Option<u64>, upper_bound: bool) -> String {
     let Some(ns) = ns else {
         return "-".to_owned();
     };
-    let text = match ns {
-        0..=9_999 => format!("{ns}ns"),
-        10_000..=9_999_999 => format!("{:.1}us", ns as f64 / 1e3),
-        _ => format!("{:.1}ms", ns as f64 / 1e6),
+    let ns = ns as f64;
+    let (value, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    let text = if unit == "ns" || value >= 100.0 {
+        format!("{value:.0} {unit}")
+    } else {
+        format!("{value:.1} {unit}")
     };
     if upper_bound {
-        format!("^{text}")
+        format!("≤{text}")
     } else {
         text
     }
@@ -327,8 +337,10 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
         "local%",
         "p50",
         "p99",
+        "mayday",
+        "rescued",
     ];
-    let rows: Vec<[String; 11]> = wqs
+    let rows: Vec<[String; 13]> = wqs
         .iter()
         .map(|w| {
             [
@@ -343,6 +355,8 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
                 pct(w.local_percent()),
                 duration_ns(w.queue_to_start_p50_ns, w.latency_is_pool_max),
                 duration_ns(w.queue_to_start_p99_ns, w.latency_is_pool_max),
+                opt(w.maydays),
+                opt(w.rescued),
             ]
         })
         .collect();
@@ -386,11 +400,53 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
     out
 }
 
+/// Where samples go: redrawn in place on a terminal (like `top`), appended when piped.
+struct Screen {
+    redraw: bool,
+    pid: u32,
+    interval: Duration,
+}
+
+impl Screen {
+    /// The line above each sample: what is watched, how often, and when.
+    fn heading(&self, sample: u64, now: SystemTime) -> String {
+        format!(
+            "podq monitor: pid {}, every {}, {} (sample {sample})",
+            self.pid,
+            humantime::format_duration(self.interval),
+            humantime::format_rfc3339_seconds(now)
+        )
+    }
+
+    fn show(&self, out: &mut impl Write, sample: u64, table: &str) -> std::io::Result<()> {
+        let text = format!("{}\n\n{table}", self.heading(sample, SystemTime::now()));
+        if self.redraw {
+            // Home, then each line cleared to its end and the rest of the screen below
+            // the sample: no flicker from clearing the whole screen first.
+            write!(out, "\x1b[H")?;
+            for line in text.lines() {
+                writeln!(out, "{line}\x1b[K")?;
+            }
+            write!(out, "\x1b[J")
+        } else {
+            writeln!(out, "{text}")
+        }
+    }
+}
+
+/// The filters that match no workqueue name.
+fn unmatched<'a>(filters: &'a [String], names: &[String]) -> Vec<&'a str> {
+    filters
+        .iter()
+        .filter(|f| !names.iter().any(|n| n.contains(f.as_str())))
+        .map(String::as_str)
+        .collect()
+}
+
 /// Runs `podq monitor`.
 pub fn run(args: MonitorArgs) -> Result<()> {
-    let mut client = args.target.connect()?;
-    let pid = u32::try_from(client.server_credentials()?.pid)
-        .context("the control server reported no process id")?;
+    let mut session = Session::open(args.target.clone())?;
+    let pid = session.pid();
     let interval = Duration::from_secs_f64(args.interval);
     let stats_request = Request::Stats { queue: None };
     let mut prev_stat = procfs::read_proc_stat()?;
@@ -401,24 +457,41 @@ pub fn run(args: MonitorArgs) -> Result<()> {
         .map(|t| (t.tid, t))
         .collect();
     // A first stats sample, so the first printed one already has rates.
-    let mut prev_started: HashMap<String, u64> = client
+    let first: Vec<WqRow> = session
         .call(&stats_request)
         .context("cannot read stats")?
         .stats
         .unwrap_or_default()
         .iter()
         .map(wq_row)
+        .collect();
+    let names: Vec<String> = first.iter().map(|w| w.name.clone()).collect();
+    for filter in unmatched(&args.filters, &names) {
+        eprintln!(
+            "podq: warning: no workqueue's name contains `{filter}` (visible: {})",
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        );
+    }
+    let mut prev_started: HashMap<String, u64> = first
+        .into_iter()
         .filter_map(|w| Some((w.name, w.started?)))
         .collect();
+    let screen = Screen {
+        redraw: !args.json && std::io::stdout().is_terminal(),
+        pid,
+        interval,
+    };
     let mut last = Instant::now();
     let mut out = std::io::stdout().lock();
     let mut sample = 0u64;
     while args.count.map_or(true, |n| sample < n) {
         thread::sleep(interval);
         sample += 1;
-        let reply = client
-            .call(&stats_request)
-            .context("cannot read stats (has the process exited?)")?;
+        let reply = session.call(&stats_request).context("cannot read stats")?;
         let elapsed = last.elapsed().as_secs_f64();
         last = Instant::now();
         let mut wqs: Vec<WqRow> = reply
@@ -438,10 +511,8 @@ pub fn run(args: MonitorArgs) -> Result<()> {
         let stat = procfs::read_proc_stat()?;
         let busy = busy_rows(&stat.since(&prev_stat), &nodes);
         prev_stat = stat;
-        let threads_now = match procfs::read_threads(pid) {
-            Ok(t) => t,
-            Err(e) => bail!("cannot read the threads of process {pid}: {e}"),
-        };
+        let threads_now = procfs::read_threads(pid)
+            .with_context(|| format!("cannot read the threads of process {pid}"))?;
         let threads = thread_rows(&prev_threads, &threads_now);
         prev_threads = threads_now.into_iter().map(|t| (t.tid, t)).collect();
         if args.json {
@@ -471,7 +542,7 @@ pub fn run(args: MonitorArgs) -> Result<()> {
                 line("thread", serde_json::to_value(t)?)?;
             }
         } else {
-            writeln!(out, "{}", render_table(&wqs, &busy, &threads))?;
+            screen.show(&mut out, sample, &render_table(&wqs, &busy, &threads))?;
         }
         out.flush()?;
     }
@@ -482,71 +553,88 @@ pub fn run(args: MonitorArgs) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn pool(started: u64, completed: u64, p99: u64) -> Value {
-        json!({
-            "id": 1, "pod_cpus": "0-1", "strict": false,
-            "queued": started + 2, "started": started, "completed": completed,
-            "panicked": 0, "cancelled": 0, "repatriated": 3,
-            "workers_created": 2, "workers_reaped": 0, "workers": 2, "idle": 1,
-            "max_active_waits": 0,
-            "enqueue_lock": { "acquisitions": 100, "contended": 10, "wait_ns": 5 },
-            "dequeue_lock": { "acquisitions": 100, "contended": 30, "wait_ns": 5 },
-            "locality": { "same_cpu": 5, "same_smt": 0, "same_llc": 3, "same_node": 2, "remote": 0 },
-            "queue_to_start_ns": { "count": started, "min": 1, "mean": 2.0, "stdev": 0.0,
-                                   "max": p99, "p50": p99 / 2, "p90": p99, "p99": p99, "p999": p99 },
-            "run_time_ns": { "count": 0, "min": 0, "mean": 0.0, "stdev": 0.0, "max": 0,
-                             "p50": 0, "p90": 0, "p99": 0, "p999": 0 },
-            "cpu_time_ns": 1_500_000_000u64
-        })
+    // Field by field: the snapshot types are meant to grow (`non_exhaustive`).
+    #[allow(clippy::field_reassign_with_default)]
+    fn pool(started: u64, completed: u64, p99: u64) -> PoolStats {
+        let mut p = PoolStats::default();
+        p.id = 1;
+        p.pod_cpus = "0-1".into();
+        p.started = started;
+        p.completed = completed;
+        p.repatriated = 3;
+        p.enqueue_lock.acquisitions = 100;
+        p.enqueue_lock.contended = 10;
+        p.dequeue_lock.acquisitions = 100;
+        p.dequeue_lock.contended = 30;
+        p.locality.same_cpu = 5;
+        p.locality.same_llc = 3;
+        p.locality.same_node = 2;
+        p.queue_to_start_ns.count = started;
+        p.queue_to_start_ns.p50 = p99 / 2;
+        p.queue_to_start_ns.p99 = p99;
+        p.cpu_time_ns = 1_500_000_000;
+        p
+    }
+
+    /// A snapshot as the server sends it, with the queue's own totals.
+    fn wq(name: &str, pools: Vec<PoolStats>, started: u64, completed: u64) -> WorkqueueStats {
+        serde_json::from_value(json!({
+            "name": name,
+            "attrs": { "scope": "cache", "strict": false, "cpumask": [0, 1], "nice": 0,
+                       "max_active": 256, "ordered": false },
+            "effective_scope": "cache",
+            "totals": { "queued": started, "started": started, "completed": completed,
+                        "panicked": 0, "cancelled": 0, "repatriated": 1,
+                        "max_active_waits": 0 },
+            "pools": pools,
+        }))
+        .unwrap()
     }
 
     #[test]
     fn rows_sum_pools() {
-        let stats = json!({ "name": "rpciod", "pools": [pool(10, 7, 4000), pool(20, 20, 9000)] });
+        let stats = wq(
+            "rpciod",
+            vec![pool(10, 7, 4000), pool(20, 20, 9000)],
+            12,
+            11,
+        );
         let row = wq_row(&stats);
         assert_eq!(row.name, "rpciod");
-        assert_eq!(row.started, Some(30));
-        assert_eq!(row.in_flight(), Some(3));
         assert_eq!(row.cpu_time_s, Some(3.0));
-        assert_eq!(row.repatriated, Some(6));
-        // The queue's own totals win over the shared pools' counts.
-        let mut own = stats.clone();
-        own["totals"] = json!({ "started": 12, "completed": 11, "repatriated": 1 });
-        let row = wq_row(&own);
+        // The queue's own totals, not the shared pools' counts.
         assert_eq!(
             (row.started, row.in_flight(), row.repatriated),
             (Some(12), Some(1), Some(1))
         );
-        let row = wq_row(&stats);
         assert_eq!(row.contended_percent(), Some(20.0));
         assert_eq!(row.local_percent(), Some(80.0));
         assert_eq!(row.queue_to_start_p99_ns, Some(9000));
         assert_eq!(row.queue_to_start_p50_ns, Some(4500));
         assert!(row.latency_is_pool_max);
-        // A whole-queue latency, when the stats have one, is used as is.
-        let mut stats = stats;
-        stats["queue_to_start_ns"] = json!({ "p50": 100, "p99": 700 });
-        let row = wq_row(&stats);
-        assert_eq!(row.queue_to_start_p99_ns, Some(700));
-        assert!(!row.latency_is_pool_max);
+        // Names from the server are escaped before they reach the table.
+        let row = wq_row(&wq("evil\x1b]0;x\x07", vec![], 0, 0));
+        assert_eq!(row.name, r"evil\u{1b}]0;x\u{7}");
     }
 
     #[test]
     fn auto_shows_its_scope_and_last_switch() {
-        let stats = json!({
-            "name": "rpciod",
-            "attrs": { "scope": "auto" },
-            "effective_scope": "system",
-            "auto": {
-                "scope": "system", "switches": 1,
-                "last_switch": {
-                    "window": 12, "from": "cache_shard", "to": "system", "strict": false,
-                    "reason": { "kind": "imbalance", "saturated_cpus": 8, "idle_cpus": 8,
-                                "saturated_busy": 0.9, "idle_busy": 0.0 }
-                }
-            },
-            "pools": []
+        let mut stats = wq("rpciod", Vec::new(), 0, 0);
+        stats.attrs.scope = Scope::Auto;
+        stats.effective_scope = Scope::System;
+        let switch = json!({
+            "window": 12, "from": "cache_shard", "to": "system", "strict": false,
+            "reason": { "kind": "imbalance", "saturated_cpus": 8, "idle_cpus": 8,
+                        "saturated_busy": 0.9, "idle_busy": 0.0 }
         });
+        stats.auto = Some(
+            serde_json::from_value(json!({
+                "scope": "system", "strict": false, "windows": 40, "switches": 1,
+                "switch_failures": 0, "last_switch": switch, "history": [switch],
+                "last_reason": { "kind": "steady" }, "window_ns": 100_000_000
+            }))
+            .unwrap(),
+        );
         let row = wq_row(&stats);
         assert_eq!(row.scope.as_deref(), Some("auto (system)"));
         assert_eq!(
@@ -556,18 +644,17 @@ mod tests {
         let table = render_table(&[row], &[], &[]);
         assert!(table.contains("auto (system)"), "{table}");
         assert!(table.contains("rpciod auto: 1 switch(es)"), "{table}");
-        let fixed = wq_row(&json!({ "name": "q", "attrs": { "scope": "smt" },
-                                    "effective_scope": "smt", "pools": [] }));
-        assert_eq!(fixed.scope.as_deref(), Some("smt"));
+        let fixed = wq_row(&wq("q", Vec::new(), 0, 0));
+        assert_eq!(fixed.scope.as_deref(), Some("cache"));
         assert_eq!(fixed.last_switch, None);
     }
 
     #[test]
     fn missing_fields_show_as_unknown() {
-        let row = wq_row(&json!({ "name": "empty", "pools": [] }));
-        assert_eq!(row.started, None);
-        assert_eq!(row.in_flight(), None);
+        let row = wq_row(&wq("empty", vec![], 0, 0));
+        assert_eq!(row.cpu_time_s, None);
         assert_eq!(row.contended_percent(), None);
+        assert_eq!(row.queue_to_start_p99_ns, None);
         let table = render_table(&[row], &[], &[]);
         assert!(
             table.lines().nth(1).unwrap().starts_with("empty"),
@@ -625,8 +712,70 @@ mod tests {
     #[test]
     fn interval_must_be_positive() {
         assert_eq!(parse_interval("0.5"), Ok(0.5));
-        for bad in ["0", "-1", "x", "inf", "NaN"] {
+        assert_eq!(parse_interval("500ms"), Ok(0.5));
+        assert_eq!(parse_interval("2m"), Ok(120.0));
+        assert_eq!(parse_interval("1day"), Ok(86_400.0));
+        for bad in ["0", "-1", "x", "inf", "NaN", "0s", "2days", "86401"] {
             assert!(parse_interval(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_scale_like_bench() {
+        assert_eq!(duration_ns(Some(850), false), "850 ns");
+        assert_eq!(duration_ns(Some(5_375), true), "≤5.4 µs");
+        assert_eq!(duration_ns(Some(114_700), false), "115 µs");
+        assert_eq!(duration_ns(Some(3_014_700), true), "≤3.0 ms");
+        assert_eq!(duration_ns(Some(2_500_000_000), false), "2.5 s");
+        assert_eq!(duration_ns(None, false), "-");
+    }
+
+    #[test]
+    fn rescue_counters_are_shown() {
+        let mut p = pool(10, 10, 1000);
+        p.maydays = 4;
+        p.rescued = 3;
+        let row = wq_row(&wq("rpciod", vec![p, pool(5, 5, 1000)], 15, 15));
+        assert_eq!((row.maydays, row.rescued), (Some(4), Some(3)));
+        let table = render_table(&[row], &[], &[]);
+        let header = table.lines().next().unwrap();
+        assert!(header.ends_with("mayday  rescued"), "{table}");
+        assert!(
+            table.lines().nth(1).unwrap().ends_with("4        3"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn filters_matching_nothing_are_named() {
+        let names = ["rpciod".to_owned(), "nfsiod".to_owned()];
+        let filters = ["rpc".to_owned(), "xprtiod".to_owned(), "iod".to_owned()];
+        assert_eq!(unmatched(&filters, &names), ["xprtiod"]);
+        assert!(unmatched(&[], &names).is_empty());
+    }
+
+    #[test]
+    fn samples_redraw_in_place_only_on_a_terminal() {
+        let screen = |redraw| Screen {
+            redraw,
+            pid: 42,
+            interval: Duration::from_millis(500),
+        };
+        let at = UNIX_EPOCH + Duration::from_secs(1_764_585_000);
+        assert_eq!(
+            screen(false).heading(3, at),
+            "podq monitor: pid 42, every 500ms, 2025-12-01T10:30:00Z (sample 3)"
+        );
+        let mut piped = Vec::new();
+        screen(false).show(&mut piped, 1, "A  B\n1  2\n").unwrap();
+        let piped = String::from_utf8(piped).unwrap();
+        assert!(!piped.contains('\x1b'), "{piped:?}");
+        assert!(piped.ends_with("\n\nA  B\n1  2\n\n"), "{piped:?}");
+        let mut tty = Vec::new();
+        screen(true).show(&mut tty, 1, "A  B\n1  2\n").unwrap();
+        let tty = String::from_utf8(tty).unwrap();
+        assert!(tty.starts_with("\x1b[Hpodq monitor: pid 42"), "{tty:?}");
+        assert!(tty.contains("1  2\x1b[K\n"), "{tty:?}");
+        assert!(tty.ends_with("\x1b[J"), "{tty:?}");
     }
 }

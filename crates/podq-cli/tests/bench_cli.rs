@@ -255,14 +255,22 @@ fn plot_and_json_files_are_written() {
     assert_eq!(results(&report, "peers").len(), 8);
     let text = std::fs::read_to_string(&svg).unwrap();
     let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
-    let count = |class: &str| {
-        doc.descendants()
-            .filter(|n| n.attribute("class") == Some(class))
-            .count()
-    };
-    // Items/s bars for queue and both throughput tests; CDFs for latency only.
-    assert_eq!(count("bar"), 6);
-    assert_eq!(count("cdf"), 2);
+    let texts: Vec<&str> = doc
+        .descendants()
+        .filter(|n| n.has_tag_name("text"))
+        .filter_map(|n| n.text())
+        .map(str::trim)
+        .collect();
+    // A bar label and a latency legend entry with its sample count for each peer.
+    for peer in ["crossbeam-channel", "rayon"] {
+        assert!(texts.contains(&peer), "{peer} missing in {texts:?}");
+        assert!(
+            texts
+                .iter()
+                .any(|t| t.starts_with(&format!("{peer} (n=200)"))),
+            "{peer} legend missing in {texts:?}"
+        );
+    }
 }
 
 #[test]

@@ -5,8 +5,9 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
-use podq::control::{AttrValue, ControlServer, ControlTarget, QueueAttrs, QueueInfo};
+use podq::control::{AttrValue, ControlError, ControlServer, ControlTarget, QueueAttrs, QueueInfo};
 use podq::topology::{CpuSet, Scope};
+use podq::WorkqueueStats;
 use serde_json::{json, Value};
 
 /// Two queues whose attributes live in a mutex (L: the mutex guards both fields).
@@ -51,7 +52,7 @@ impl ControlTarget for Target {
         queues
     }
 
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), podq::Error> {
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {
         let mut state = self.state.lock().unwrap();
         let q = state.0.iter_mut().find(|q| q.name == queue).unwrap();
         match value {
@@ -68,24 +69,46 @@ impl ControlTarget for Target {
         self.state.lock().unwrap().1
     }
 
-    fn set_default_scope(&self, scope: Scope) -> Result<(), podq::Error> {
+    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
         self.state.lock().unwrap().1 = scope;
         Ok(())
     }
 
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<Value>, podq::Error> {
-        let pool = json!({
-            "started": 40, "completed": 38, "repatriated": 1, "cpu_time_ns": 2_000_000u64,
-            "enqueue_lock": { "acquisitions": 40, "contended": 4, "wait_ns": 1 },
-            "dequeue_lock": { "acquisitions": 40, "contended": 0, "wait_ns": 0 },
-            "locality": { "same_cpu": 30, "same_smt": 0, "same_llc": 6, "same_node": 2, "remote": 0 },
-            "queue_to_start_ns": { "count": 38, "p50": 2500, "p99": 80000 }
-        });
+    // Field by field: the snapshot types are meant to grow (`non_exhaustive`).
+    #[allow(clippy::field_reassign_with_default)]
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<WorkqueueStats>, ControlError> {
+        let mut pool = podq::stats::PoolStats::default();
+        pool.started = 40;
+        pool.completed = 38;
+        pool.repatriated = 1;
+        pool.cpu_time_ns = 2_000_000;
+        pool.enqueue_lock.acquisitions = 40;
+        pool.enqueue_lock.contended = 4;
+        pool.dequeue_lock.acquisitions = 40;
+        (
+            pool.locality.same_cpu,
+            pool.locality.same_llc,
+            pool.locality.same_node,
+        ) = (30, 6, 2);
+        pool.queue_to_start_ns.count = 38;
+        pool.queue_to_start_ns.p50 = 2500;
+        pool.queue_to_start_ns.p99 = 80000;
         Ok(self
             .queues()
             .iter()
             .filter(|q| queue.map_or(true, |n| n == q.name))
-            .map(|q| json!({ "name": q.name, "pools": [pool.clone()] }))
+            .map(|q| {
+                serde_json::from_value(json!({
+                    "name": q.name,
+                    "attrs": { "scope": q.attrs.scope, "strict": false, "cpumask": [0, 1],
+                               "nice": 0, "max_active": 256, "ordered": false },
+                    "effective_scope": q.attrs.effective_scope,
+                    "totals": { "queued": 40, "started": 40, "completed": 38, "panicked": 0,
+                                "cancelled": 0, "repatriated": 1, "max_active_waits": 0 },
+                    "pools": [pool.clone()],
+                }))
+                .unwrap()
+            })
             .collect())
     }
 }
@@ -118,7 +141,7 @@ fn fails<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], code: i32) -> 
 fn server(dir: &Path) -> ControlServer {
     ControlServer::builder()
         .path(dir.join("ctl.sock"))
-        .build(Target::new())
+        .serve(Target::new())
         .unwrap()
 }
 
@@ -206,7 +229,14 @@ fn ctl_errors_exit_1_with_the_servers_message() {
     }
     let missing = dir.path().join("missing.sock");
     let err = fails(&["ctl", "--socket", missing.to_str().unwrap(), "list"], 1);
-    assert!(err.contains("cannot reach the control server"), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "podq: error: cannot connect to {}: No such file or directory (os error 2)\n",
+            missing.display()
+        ),
+        "the cause once"
+    );
     let err = fails(&["ctl", "--pid", "999999999", "list"], 1);
     assert!(err.contains("no process with pid 999999999"), "{err}");
 }
@@ -223,7 +253,7 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn pid_finds_the_default_socket() {
-    let server = ControlServer::builder().build(Target::new()).unwrap();
+    let server = ControlServer::builder().serve(Target::new()).unwrap();
     let me = std::process::id().to_string();
     assert!(server.path().ends_with(format!("{me}.sock")));
     assert!(ok(&["ctl", "--pid", &me, "list"]).contains("rpciod"));
@@ -250,17 +280,25 @@ fn monitor_prints_tables_and_json_lines() {
         "2",
     ]);
     assert_eq!(table.matches("WORKQUEUE").count(), 2, "{table}");
+    // Piped: each sample under its own heading, none redrawn over the last.
+    assert_eq!(table.matches("podq monitor: pid ").count(), 2, "{table}");
+    assert!(table.contains(", every 100ms, "), "{table}");
+    assert!(!table.contains('\x1b'), "{table}");
     let rpciod = table.lines().find(|l| l.starts_with("rpciod")).unwrap();
-    // scope, total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ^).
-    let cells: Vec<&str> = rpciod.split_whitespace().collect();
-    let cells = &cells[1..];
-    assert_eq!(cells[0], "-", "these stats name no scope");
+    // scope, total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ≤).
+    let cells: Vec<&str> = rpciod
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    assert_eq!(cells[1], "default (cache_shard)");
+    let cells = [&cells[..1], &cells[2..]].concat();
     assert_eq!(cells[1], "40");
     assert_eq!(cells[3], "2");
     assert_eq!(cells[4], "0.002");
     assert_eq!(cells[6], "5.0");
     assert_eq!(cells[7], "94.7");
-    assert_eq!(&cells[8..], ["^2500ns", "^80.0us"]);
+    assert_eq!(&cells[8..10], ["≤2.5 µs", "≤80.0 µs"]);
     assert!(table.contains("node0"), "{table}");
     assert!(table.contains("cpu0"), "{table}");
     assert!(
@@ -310,16 +348,12 @@ fn monitor_prints_tables_and_json_lines() {
 
 #[test]
 fn ctl_and_monitor_drive_real_workqueues() {
-    use podq::control::{Registry, RegistryTarget, RuntimeDefaultScope};
     use podq::{Work, Workqueue};
 
     let dir = tempfile::tempdir().unwrap();
     let server = ControlServer::builder()
         .path(dir.path().join("rt.sock"))
-        .build(Arc::new(RegistryTarget::new(
-            Arc::clone(Registry::global()),
-            RuntimeDefaultScope,
-        )))
+        .build()
         .unwrap();
     let sock = server.path().to_str().unwrap();
     let wq = Workqueue::builder("cli_rt")
@@ -366,4 +400,91 @@ fn ctl_and_monitor_drive_real_workqueues() {
     assert_eq!(row["name"], "cli_rt");
     assert_eq!(row["started"], 10);
     assert_eq!(row["in_flight"], 0);
+}
+
+#[test]
+fn help_lists_the_commands_and_every_command_ends_with_examples() {
+    let help = ok(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(commands, ["topo", "ctl", "monitor", "bench", "sim", "help"]);
+    for command in &commands[..5] {
+        for flag in ["-h", "--help"] {
+            let text = ok(&[command, &flag]);
+            let tail = text.rsplit_once("Examples:\n").map(|(_, t)| t);
+            let examples: Vec<&str> = tail.map_or(Vec::new(), |t| t.lines().collect());
+            assert!(
+                examples
+                    .iter()
+                    .any(|l| l.trim_start().starts_with(&format!("podq {command}"))),
+                "podq {command} {flag} does not end with examples:\n{text}"
+            );
+            // Nothing but examples (and a pointer to --help) after them.
+            assert!(
+                examples
+                    .iter()
+                    .all(|l| l.starts_with("  podq ") || l.starts_with('(') || l.is_empty()),
+                "podq {command} {flag}:\n{text}"
+            );
+        }
+    }
+}
+
+/// A process with a control server that exits without stopping it, as a crash does
+/// (run by `monitor_says_when_the_process_exits`).
+#[test]
+#[ignore = "helper: run by monitor_says_when_the_process_exits in a child process"]
+fn exiting_server_child() {
+    let server = ControlServer::builder().build().unwrap();
+    println!("READY {}", server.path().display());
+    // Until the parent closes our stdin.
+    let _ = std::io::stdin().read_line(&mut String::new());
+    std::process::exit(0);
+}
+
+#[test]
+fn monitor_says_when_the_process_exits() {
+    use std::io::BufRead;
+    let mut server = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "exiting_server_child",
+            "--ignored",
+            "--nocapture",
+        ])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = server.id().to_string();
+    let mut lines = std::io::BufReader::new(server.stdout.take().unwrap()).lines();
+    let socket = lines
+        .find_map(|l| l.unwrap().strip_prefix("READY ").map(str::to_owned))
+        .expect("the child started its server");
+    let mut monitor = Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(["monitor", "--pid", &pid, "-i", "0.1", "--json"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A first sample: the monitor is connected. Then the process exits.
+    let mut samples = std::io::BufReader::new(monitor.stdout.take().unwrap());
+    samples.read_line(&mut String::new()).unwrap();
+    drop(server.stdin.take());
+    assert!(server.wait().unwrap().success());
+    std::io::copy(&mut samples, &mut std::io::sink()).unwrap();
+    let out = monitor.wait_with_output().unwrap();
+    let _ = std::fs::remove_file(socket);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!("podq: error: cannot read stats: process {pid} exited\n")
+    );
 }

@@ -16,6 +16,7 @@
 mod active;
 mod attrs;
 pub mod auto;
+mod batch;
 mod locality;
 mod plan;
 mod pool;
@@ -25,6 +26,7 @@ mod worker;
 
 pub use active::*;
 pub use attrs::*;
+pub use batch::*;
 pub use locality::*;
 pub use plan::*;
 pub use pool::*;

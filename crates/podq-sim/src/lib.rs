@@ -21,6 +21,7 @@
 //!     workload: Workload::Queue { producer_cpus: vec![0, 1, 2], item_ns: 100 },
 //!     queue: QueueSpec::new("queue", Scope::Cache, false),
 //!     length: RunLength::Duration(2_000_000),
+//!     warmup: 0,
 //!     seed: 1,
 //! };
 //! let out = simulate(&topo, &machine.params, &spec).unwrap();
@@ -60,8 +61,8 @@ use slab::Slab;
 
 /// The most CPUs a simulated machine may have: beyond it a run takes minutes.
 pub const MAX_SIM_CPUS: usize = 1024;
-/// The longest virtual run, ns (10 s; a 96-CPU machine at a million items/s takes
-/// seconds of wall time per simulated second).
+/// The longest virtual run, warm-up included, ns (10 s; a 96-CPU machine at a million
+/// items/s takes seconds of wall time per simulated second).
 pub const MAX_VIRTUAL_NS: Ns = 10_000_000_000;
 /// The most producers.
 pub const MAX_PRODUCERS: usize = 4096;
@@ -145,6 +146,8 @@ pub struct SimOutput {
     pub events: u64,
     /// Virtual time simulated, ns.
     pub virtual_ns: Ns,
+    /// The most items of the queue under test that were active at once.
+    pub peak_active: usize,
 }
 
 struct Snapshot {
@@ -187,7 +190,9 @@ fn validate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<(), Si
     }
     match spec.length {
         RunLength::Duration(0) => bad("the run lasts no time".to_owned()),
-        RunLength::Duration(ns) if ns > MAX_VIRTUAL_NS => Err(SimError::TooLong),
+        RunLength::Duration(ns) if ns.saturating_add(spec.warmup) > MAX_VIRTUAL_NS => {
+            Err(SimError::TooLong)
+        }
         RunLength::Items(0) => bad("zero items per producer".to_owned()),
         _ => Ok(()),
     }
@@ -203,26 +208,21 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         Workload::Completion(c) => (c.alloc_cache.max(1), c.toggle.clone(), c.moves.clone()),
         _ => (1, Vec::new(), Vec::new()),
     };
-    let world = World {
-        workload: spec.workload.clone(),
-        wqs: Vec::new(),
-        pools: Vec::new(),
-        pwqs: Vec::new(),
-        producers: Vec::new(),
-        ios: Vec::new(),
-        slab: Slab {
-            cache: vec![capacity; n],
-            capacity,
-            node_lock: Vec::new(),
-            remote: vec![0; max_node + 1],
-            counts: AllocCounts::default(),
-        },
-        hists: vec![Hists::new()],
-        target_items: match spec.length {
-            RunLength::Items(k) => Some(k.saturating_mul(producer_cpus.len() as u64)),
-            RunLength::Duration(_) => None,
-        },
-        stop: false,
+    let mut world = World::new(spec.workload.clone());
+    world.slab = Slab {
+        cache: vec![capacity; n],
+        capacity,
+        node_lock: Vec::new(),
+        remote: vec![0; max_node + 1],
+        counts: AllocCounts::default(),
+    };
+    world.per_producer = match spec.length {
+        RunLength::Items(k) => Some(k),
+        RunLength::Duration(_) => None,
+    };
+    world.target_items = match spec.length {
+        RunLength::Items(k) => Some(k.saturating_mul(producer_cpus.len() as u64)),
+        RunLength::Duration(_) => None,
     };
     let mut sim = Sim::new(topo, cost.clone(), spec.seed, world);
     for node in 0..=max_node {
@@ -266,17 +266,24 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
             inflight: 0,
             waiting: false,
             free_slots: (first_io..first_io + depth).rev().collect(),
+            issued: 0,
         });
         sim.wake(tid, cpu, cpu, None);
     }
-    let end = match spec.length {
-        RunLength::Duration(ns) => ns,
-        RunLength::Items(_) => MAX_VIRTUAL_NS,
+    let (start, length) = match spec.length {
+        RunLength::Duration(ns) => (spec.warmup, ns),
+        RunLength::Items(_) => (0, MAX_VIRTUAL_NS),
     };
+    let end = start + length;
     let segments = toggle.len().max(moves.len()).max(1);
+    if start > 0 {
+        sim.events.push(start, Event::Segment(0));
+    }
     for i in 1..segments {
-        sim.events
-            .push(end / segments as u64 * i as u64, Event::Segment(i));
+        sim.events.push(
+            start + length / segments as u64 * i as u64,
+            Event::Segment(i),
+        );
     }
     sim.events
         .push(cost.balance_interval.round() as Ns, Event::Balance);
@@ -299,6 +306,11 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
             Event::Step { tid, generation } => sim.on_step(tid, generation),
             Event::Arrive { tid, cpu } => sim.on_arrive(tid, cpu),
             Event::Balance => sim.on_balance(),
+            Event::Segment(0) => {
+                // The warm-up is over: measure from here.
+                marks = vec![snapshot(&sim)];
+                sim.world.hists = vec![Hists::new()];
+            }
             Event::Segment(i) => {
                 marks.push(snapshot(&sim));
                 sim.world.hists.push(Hists::new());
@@ -382,6 +394,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         segments,
         events: sim.events.processed(),
         virtual_ns: sim.now,
+        peak_active: sim.world.wqs[0].peak_active,
     })
 }
 

@@ -148,6 +148,52 @@ impl Sim<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{Op, Role};
+    use crate::events::Event;
+    use crate::programs::World;
+    use crate::workload::Workload;
+    use podq_topology::{CpuSet, Topology};
+
+    /// Two threads on CPUs 0 and 1 (cores of one LLC) take one lock at the same
+    /// instant: the second waits for the first's hold plus one hand-off.
+    #[test]
+    fn a_contended_acquisition_waits_for_the_hold_and_the_hand_off() {
+        let topo = Topology::synthetic("2s24c2t").unwrap();
+        let mut cost = crate::cost::machine("xeon-2s24c").unwrap().params;
+        cost.jitter = 0.0;
+        let world = World::new(Workload::Queue {
+            producer_cpus: vec![0],
+            item_ns: 0,
+        });
+        let mut sim = Sim::new(&topo, cost, 1, world);
+        let lock = sim.new_lock(0);
+        let ops = vec![
+            Op::Lock(lock, Side::Enqueue),
+            Op::Compute(100.0),
+            Op::Unlock(lock),
+            Op::Block,
+        ];
+        for cpu in [0, 1] {
+            let tid = sim.spawn(Role::Producer(cpu), CpuSet::single(cpu), cpu, ops.clone());
+            sim.wake(tid, cpu, cpu, None);
+        }
+        while let Some((at, event)) = sim.events.pop() {
+            sim.now = at;
+            match event {
+                Event::Step { tid, generation } => sim.on_step(tid, generation),
+                Event::Arrive { tid, cpu } => sim.on_arrive(tid, cpu),
+                _ => unreachable!(),
+            }
+        }
+        let c = sim.locks[lock].counts[0];
+        assert_eq!(c.acquisitions, 2);
+        assert_eq!(c.contended, 1);
+        // Hold 100 ns, then 2 x 48 ns + 20 ns hand-off between cores of one LLC.
+        assert_eq!(c.wait_ns, 216);
+        // Wake-up 2 us, context switch 1.1 us, 100 + 116 + 100 ns.
+        assert_eq!(sim.now, 2_000 + 1_100 + 316);
+        assert_eq!(sim.busy_ns(0) + sim.busy_ns(1), 2 * 1_100 + 100 + 216 + 100);
+    }
 
     #[test]
     fn counts_subtract_and_add() {

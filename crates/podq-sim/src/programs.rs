@@ -66,6 +66,8 @@ pub enum Act {
     },
     /// Under the pool lock: next item, spin or idle.
     WorkerTake,
+    /// A spin ended.
+    SpinEnd,
     /// Under the pool lock after a spin.
     AfterSpin,
     /// Run an item.
@@ -106,6 +108,8 @@ pub struct Producer {
     pub waiting: bool,
     /// Free I/O slots (`completion`).
     pub free_slots: Vec<usize>,
+    /// Items (I/Os) issued so far.
+    pub issued: u64,
 }
 
 /// One I/O of `completion`.
@@ -170,10 +174,31 @@ pub struct World {
     pub slab: Slab,
     /// Distributions per segment.
     pub hists: Vec<Hists>,
+    /// Items each producer issues, if the run is bounded by items.
+    pub per_producer: Option<u64>,
     /// Items after which the run ends, if bounded by items.
     pub target_items: Option<u64>,
     /// The run is over.
     pub stop: bool,
+}
+
+impl World {
+    /// An empty world for `workload`: no queue, producer or I/O yet.
+    pub fn new(workload: Workload) -> World {
+        World {
+            workload,
+            wqs: Vec::new(),
+            pools: Vec::new(),
+            pwqs: Vec::new(),
+            producers: Vec::new(),
+            ios: Vec::new(),
+            slab: Slab::default(),
+            hists: vec![Hists::new()],
+            per_producer: None,
+            target_items: None,
+            stop: false,
+        }
+    }
 }
 
 fn record(h: &mut Histogram<u64>, ns: Ns) {
@@ -195,6 +220,7 @@ impl Sim<'_> {
             Act::QueueEnd => self.queue_end(tid),
             Act::SpawnWorker { pool } => self.spawn_worker(tid, pool),
             Act::WorkerTake => self.worker_take(tid),
+            Act::SpinEnd => self.spin_end(tid),
             Act::AfterSpin => self.after_spin(tid),
             Act::RunItem { item, pwq } => self.run_item(tid, item, pwq),
             Act::ItemDone { pwq } => self.item_done(tid, pwq),
@@ -250,6 +276,17 @@ impl Sim<'_> {
             queued_cpu: cpu,
         };
         let producer = &mut self.world.producers[p];
+        if self
+            .world
+            .per_producer
+            .is_some_and(|n| producer.issued >= n)
+        {
+            // Done issuing: sleep for the rest of the run.
+            producer.waiting = false;
+            self.push_ops(tid, &[Op::Block]);
+            return;
+        }
+        producer.issued += 1;
         match &self.world.workload {
             Workload::Queue { .. } => self.push_ops(
                 tid,
@@ -286,6 +323,7 @@ impl Sim<'_> {
                         })],
                     );
                 } else {
+                    producer.issued -= 1;
                     producer.waiting = true;
                     self.push_ops(tid, &[Op::Block]);
                 }
@@ -307,6 +345,7 @@ impl Sim<'_> {
                         ],
                     );
                 } else {
+                    producer.issued -= 1;
                     producer.waiting = true;
                     self.push_ops(tid, &[Op::Block]);
                 }

@@ -144,6 +144,9 @@ pub struct RunSpec {
     pub queue: QueueSpec,
     /// How long.
     pub length: RunLength,
+    /// Virtual time run before measuring (duration runs only): workers get created and
+    /// spread before the counters start.
+    pub warmup: Ns,
     /// The random seed.
     pub seed: u64,
 }

@@ -42,6 +42,8 @@ pub struct Wq {
     pub slots: Vec<NodeSlot>,
     /// Every pool it has used (for its lock counts).
     pub pools: Vec<usize>,
+    /// The most items that were active at once.
+    pub peak_active: usize,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -124,6 +126,7 @@ impl Sim<'_> {
             rr_last: None,
             slots,
             pools: Vec::new(),
+            peak_active: 0,
         });
         let wq = self.world.wqs.len() - 1;
         self.apply_attrs(wq, scope, strict);
@@ -259,7 +262,10 @@ impl Sim<'_> {
             free
         });
         match verdict.admission {
-            Admission::Activate => self.push_item(tid, pool, item, pwq),
+            Admission::Activate => {
+                self.note_active(wq);
+                self.push_item(tid, pool, item, pwq);
+            }
             Admission::Wait => {
                 self.world.pwqs[pwq].inactive.push_back(item);
                 if verdict.join_pending {
@@ -284,6 +290,12 @@ impl Sim<'_> {
         );
     }
 
+    fn note_active(&mut self, wq: usize) {
+        let w = &mut self.world.wqs[wq];
+        let active: usize = w.slots.iter().map(|s| s.nr).sum();
+        w.peak_active = w.peak_active.max(active);
+    }
+
     /// Appends an active item and tells a spinner.
     fn push_item(&mut self, tid: Tid, pool: usize, item: Item, pwq: usize) {
         let cpu = self.threads[tid].cpu;
@@ -292,6 +304,7 @@ impl Sim<'_> {
         p.pushed += 1;
         if !p.spinners.is_empty() {
             let spinner = p.spinners.remove(0);
+            self.threads[spinner].spinning = false;
             let ns = self.c2c(cpu, self.threads[spinner].cpu);
             self.step_after(spinner, ns);
         }
@@ -431,6 +444,7 @@ impl Sim<'_> {
                     Op::Compute(hold),
                     Op::Unlock(lock),
                     Op::Spin(pool),
+                    Op::Do(Act::SpinEnd),
                     Op::Lock(lock, Side::Dequeue),
                     Op::Do(Act::AfterSpin),
                 ],
@@ -456,8 +470,17 @@ impl Sim<'_> {
     /// The spin itself: poll for `IDLE_SPIN`, cut short by a push.
     pub fn spin(&mut self, tid: Tid, pool: usize) {
         self.world.pools[pool].spinners.push(tid);
+        self.threads[tid].spinning = true;
         let budget = self.world.pools[pool].spin_for;
         self.step_after(tid, budget.as_nanos() as f64);
+    }
+
+    /// The spin is over (timed out or told of a push): no more notifications.
+    pub fn spin_end(&mut self, tid: Tid) {
+        self.threads[tid].spinning = false;
+        if let Role::Worker(pool) = self.threads[tid].role {
+            self.world.pools[pool].spinners.retain(|&t| t != tid);
+        }
     }
 
     /// Under the pool lock after a spin.
@@ -465,9 +488,7 @@ impl Sim<'_> {
         let Role::Worker(pool) = self.threads[tid].role else {
             unreachable!("only workers spin")
         };
-        let p = &mut self.world.pools[pool];
-        p.nr_spinning -= 1;
-        p.spinners.retain(|&t| t != tid);
+        self.world.pools[pool].nr_spinning -= 1;
         self.worker_take(tid);
     }
 
@@ -505,6 +526,8 @@ impl Sim<'_> {
             Activation::Take { requeue } => requeue,
         };
         s.nr += 1;
+        self.note_active(wq);
+        let s = &mut self.world.wqs[wq].slots[slot];
         if requeue {
             s.pending.push_back(pwq);
         } else {

@@ -25,6 +25,7 @@ fn run(moves: Vec<Vec<usize>>, scope: Scope) -> podq_sim::SimOutput {
         }),
         queue: QueueSpec::new("rpciod", scope, false),
         length: RunLength::Duration(120_000_000),
+        warmup: 0,
         seed: 7,
     };
     simulate(&topology, &machine.params, &spec).unwrap()

@@ -30,7 +30,7 @@ use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use podq_topology::{CpuSet, Scope, Topology};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::auto::{
     decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, Reason, Switch, Window,
@@ -62,7 +62,7 @@ impl Default for Settings {
 }
 
 /// What `auto` reports in a workqueue's statistics.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct AutoStats {
     /// The concrete scope in force.

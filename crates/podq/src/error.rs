@@ -2,8 +2,10 @@
 
 use podq_topology::{CpuSet, Scope};
 
-/// Everything a podq call can refuse. Each variant names the value at fault.
+/// Everything a podq call can refuse. Each variant names the value at fault. More
+/// variants may come: match with a wildcard arm.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum Error {
     /// A cpumask with no CPU in it.
     #[error("empty cpumask")]
@@ -73,7 +75,7 @@ pub enum Error {
     #[error("workqueue name must not be empty")]
     EmptyName,
     /// An operating-system call failed.
-    #[error("{call} failed: {source}")]
+    #[error("{call} failed")]
     Os {
         /// The call.
         call: &'static str,
@@ -85,109 +87,9 @@ pub enum Error {
     #[error(transparent)]
     Topology(#[from] podq_topology::Error),
 
-    // The control plane (`crate::control`): each variant's text is what an error reply
-    // carries.
-    /// No visible workqueue has this name.
-    #[error("unknown workqueue `{name}`")]
-    UnknownQueue {
-        /// The name asked for.
-        name: String,
-    },
-    /// The attribute name is not one of the sysfs files.
-    #[error(
-        "unknown attribute `{name}` (expected one of affinity_scope, affinity_strict, \
-         cpumask, max_active, nice)"
-    )]
-    UnknownAttr {
-        /// The name asked for.
-        name: String,
-    },
-    /// A live visible workqueue already has this name.
-    #[error("a visible workqueue named `{name}` already exists")]
-    NameTaken {
-        /// The name.
-        name: String,
-    },
-    /// The value cannot be written to the attribute.
-    #[error("invalid value `{value}` for {attr}: {reason}")]
-    InvalidValue {
-        /// The attribute (or `default_affinity_scope`).
-        attr: &'static str,
-        /// The value as written.
-        value: String,
-        /// What is wrong with it.
-        reason: String,
-    },
-    /// The attribute cannot be written on this workqueue.
-    #[error("{attr} of workqueue `{queue}` is read-only: {reason}")]
-    ReadOnly {
-        /// The workqueue.
-        queue: String,
-        /// The attribute.
-        attr: crate::control::Attr,
-        /// Why.
-        reason: &'static str,
-    },
-    /// The runtime refused a change that parsed fine.
-    #[error("cannot set {what}: {reason}")]
-    Rejected {
-        /// What was being changed (`affinity_scope of rpciod`).
-        what: String,
-        /// The runtime's reason.
-        reason: String,
-    },
-    /// A request line is not valid protocol JSON.
-    #[error("malformed request: {0}")]
-    BadRequest(String),
-    /// A request line is longer than the limit.
-    #[error("request larger than {limit} bytes")]
-    TooLarge {
-        /// The limit, [`crate::control::MAX_REQUEST_BYTES`].
-        limit: usize,
-    },
-    /// The server already serves as many connections as it may.
-    #[error("too many connections (limit {limit})")]
-    Busy {
-        /// The connection cap.
-        limit: usize,
-    },
-    /// The connecting process may not use this server.
-    #[error(
-        "permission denied: peer uid {peer_uid} is neither the server's uid {server_uid} nor root"
-    )]
-    PeerRefused {
-        /// The server's effective uid.
-        server_uid: u32,
-        /// The peer's uid.
-        peer_uid: u32,
-    },
-    /// The server replied with an error.
-    #[error("{0}")]
-    Remote(String),
-    /// The reply could not be understood.
-    #[error("bad reply from the control server: {0}")]
-    BadReply(String),
-    /// A control socket or file operation failed.
-    #[error("{what}: {source}")]
-    ControlIo {
-        /// What was being done, naming the path.
-        what: String,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The socket path or its directory is unusable.
-    #[error("control socket {path}: {reason}")]
-    SocketPath {
-        /// The path.
-        path: String,
-        /// What is wrong.
-        reason: String,
-    },
-
     // Reading procfs (`crate::procfs`).
     /// A procfs or sysfs file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
+    #[error("cannot read {}", path.display())]
     ProcRead {
         /// The file.
         path: std::path::PathBuf,
@@ -203,4 +105,51 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+}
+
+/// A refused [`crate::Workqueue::try_spawn`]: why, and the closure, given back unrun.
+pub struct SpawnError<F> {
+    error: Error,
+    f: F,
+}
+
+impl<F> SpawnError<F> {
+    pub(crate) fn new(error: Error, f: F) -> SpawnError<F> {
+        SpawnError { error, f }
+    }
+
+    /// Why the spawn was refused (today [`Error::Draining`]).
+    pub fn error(&self) -> &Error {
+        &self.error
+    }
+
+    /// The closure, unrun.
+    pub fn into_inner(self) -> F {
+        self.f
+    }
+
+    /// The reason and the closure.
+    pub fn into_parts(self) -> (Error, F) {
+        (self.error, self.f)
+    }
+}
+
+impl<F> std::fmt::Debug for SpawnError<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnError")
+            .field("error", &self.error)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F> std::fmt::Display for SpawnError<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "spawn refused: {}", self.error)
+    }
+}
+
+impl<F> std::error::Error for SpawnError<F> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.error)
+    }
 }

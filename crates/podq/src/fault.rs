@@ -4,7 +4,8 @@
 //! `worker_spawn_failures`, reported through the error hook ([`set_error_hook`]) and
 //! retried after the create cooldown ([`set_create_cooldown`]); meanwhile workqueues
 //! built with a rescuer (`WorkqueueBuilder::rescuer`) keep their items moving. The
-//! protocol is described in `pool/rescue.rs`.
+//! protocol is described in `pool/rescue.rs`. Failures can be injected for tests with
+//! the `test-util` feature ([`fail_worker_spawns`]).
 //!
 //! Legend: A atomic (`Relaxed`: plain settings read on the slow spawn path, pairing
 //! with nothing); H guarded by `ERROR_HOOK`.
@@ -24,6 +25,7 @@ pub use crate::policy::CREATE_COOLDOWN;
 static COOLDOWN_NS: AtomicU64 = AtomicU64::new(CREATE_COOLDOWN.as_nanos() as u64);
 
 /// A: worker creations still to fail (`u64::MAX`: all of them).
+#[cfg(feature = "test-util")]
 static INJECTED: AtomicU64 = AtomicU64::new(0);
 
 /// What the error hook is told about a fault the runtime handled.
@@ -37,14 +39,16 @@ pub struct ErrorReport<'a> {
     pub error: &'a Error,
 }
 
-type Hook = Arc<dyn Fn(&ErrorReport<'_>) + Send + Sync>;
+/// An error hook, shared by the workqueues it was given to.
+pub(crate) type ErrorHook = Arc<dyn Fn(&ErrorReport<'_>) + Send + Sync>;
 
-/// H: the error hook.
-static ERROR_HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+/// H: the process-wide error hook.
+static ERROR_HOOK: RwLock<Option<ErrorHook>> = RwLock::new(None);
 
 /// Sets the process-wide hook called for every fault the runtime handles without
 /// failing a call (today: a worker thread that could not be created; the pool retries
-/// after the create cooldown). Replaces the previous hook. It runs on the thread that
+/// after the create cooldown), for workqueues without their own
+/// ([`crate::WorkqueueBuilder::error_hook`]). Replaces the previous hook. It runs on the thread that
 /// met the fault, with no podq lock held.
 pub fn set_error_hook(hook: impl Fn(&ErrorReport<'_>) + Send + Sync + 'static) {
     *ERROR_HOOK
@@ -59,12 +63,24 @@ pub fn clear_error_hook() {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
 }
 
-pub(crate) fn report_error(pool: u64, pod: &CpuSet, error: &Error) {
-    let hook = ERROR_HOOK
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
-    if let Some(hook) = hook {
+/// Reports a fault of pool `pool` to the workqueues' own hooks `own` (each once) and,
+/// if `process_wide`, to the process-wide hook.
+pub(crate) fn report_error(
+    own: &[ErrorHook],
+    process_wide: bool,
+    pool: u64,
+    pod: &CpuSet,
+    error: &Error,
+) {
+    let global = if process_wide {
+        ERROR_HOOK
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    } else {
+        None
+    };
+    for hook in own.iter().chain(global.iter()) {
         // A panicking hook must not take the runtime down with it.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             hook(&ErrorReport { pool, pod, error })
@@ -88,6 +104,9 @@ pub fn create_cooldown() -> Duration {
 /// is hit (`EAGAIN`); `u64::MAX` makes all of them fail until called again with 0.
 /// Rescuer, timer and manager threads are not affected. Process-wide: tests using it
 /// should not share a process with tests that need workers to start.
+///
+/// Needs the `test-util` feature.
+#[cfg(feature = "test-util")]
 pub fn fail_worker_spawns(n: u64) {
     INJECTED.store(n, Relaxed);
 }
@@ -97,6 +116,7 @@ pub(crate) fn spawn_worker_thread(
     builder: Builder,
     f: impl FnOnce() + Send + 'static,
 ) -> std::io::Result<JoinHandle<()>> {
+    #[cfg(feature = "test-util")]
     let injected = INJECTED
         .fetch_update(Relaxed, Relaxed, |n| match n {
             0 => None,
@@ -104,6 +124,7 @@ pub(crate) fn spawn_worker_thread(
             n => Some(n - 1),
         })
         .is_ok();
+    #[cfg(feature = "test-util")]
     if injected {
         return Err(std::io::Error::from_raw_os_error(libc::EAGAIN));
     }

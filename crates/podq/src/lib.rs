@@ -41,6 +41,8 @@
 
 mod attrs;
 pub mod auto;
+mod context;
+#[cfg(feature = "control")]
 pub mod control;
 mod cpu;
 mod delayed;
@@ -51,6 +53,7 @@ mod pool;
 pub mod procfs;
 pub mod stats;
 mod sync;
+#[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod work;
 mod workqueue;
@@ -76,7 +79,7 @@ use std::sync::{Arc, RwLock};
 pub use attrs::Attrs;
 pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
 pub use delayed::DelayedWork;
-pub use error::Error;
+pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
@@ -94,12 +97,15 @@ pub struct PanicReport<'a> {
     pub message: &'a str,
 }
 
-type Hook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
+/// A panic hook, shared by the workqueues it was given to.
+pub(crate) type PanicHook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
 
-static PANIC_HOOK: RwLock<Option<Hook>> = RwLock::new(None);
+/// The process-wide panic hook (its own lock; taken alone).
+static PANIC_HOOK: RwLock<Option<PanicHook>> = RwLock::new(None);
 
 /// Sets the process-wide hook called (on the worker, after the item unwound) for every
-/// panicking work item; replaces the previous one. Panics are always caught and
+/// panicking work item of a workqueue without its own
+/// ([`WorkqueueBuilder::panic_hook`]); replaces the previous one. Panics are always caught and
 /// counted, with or without a hook; the worker and its pool carry on.
 pub fn set_panic_hook(hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) {
     *PANIC_HOOK
@@ -114,11 +120,15 @@ pub fn clear_panic_hook() {
         .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
 }
 
-pub(crate) fn report_panic(workqueue: &str, message: &str) {
-    let hook = PANIC_HOOK
-        .read()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-        .clone();
+/// Calls `own` if given, else the process-wide hook.
+pub(crate) fn report_panic(own: Option<&PanicHook>, workqueue: &str, message: &str) {
+    let hook = match own {
+        Some(hook) => Some(Arc::clone(hook)),
+        None => PANIC_HOOK
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone(),
+    };
     if let Some(hook) = hook {
         // A panicking hook must not take the worker down with it.
         let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {

@@ -1,10 +1,12 @@
-//! Worker pools and their workers. Sleep/wake protocol: `pool/README.md`.
+//! Worker pools and their workers. Sleep/wake protocol and worklist: `pool/README.md`.
 //!
 //! Legend: I set at init; L guarded by `PoolCore::state` (the pool lock); A atomic
-//! (see `stats.rs`: relaxed counters); J guarded by `PoolCore::joins`; W worker-private
-//! (thread-locals of a worker thread).
+//! (ordering and pair named at each field; `stats.rs` counters are relaxed); J guarded
+//! by `PoolCore::joins`; W worker-private (see `context.rs`).
+//!
+//! Lock order: pool lock → worklist lock (`worklist.rs`).
 
-use std::cell::{Cell, RefCell};
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -17,33 +19,17 @@ use crate::policy::{self, Kick, PoolLoad};
 use crate::stats::{PoolCounters, Recorder, WorkerCounters};
 use std::sync::Arc;
 
-use crate::sync::Ordering::Relaxed;
-use crate::sync::{lock, lock_std, thread, AtomicU64, Mutex, MutexGuard};
+use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
+use crate::sync::Ordering::SeqCst;
+use crate::sync::{lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard};
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
+mod worklist;
+pub(crate) use crate::context::{current_wq, running_work};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
-
-thread_local! {
-    /// W: the pool this thread works for, if it is a worker.
-    static WORKER_POOL: RefCell<Option<Arc<PoolCore>>> = const { RefCell::new(None) };
-    /// W: nesting depth of `blocking()` sections.
-    static BLOCKING_DEPTH: Cell<usize> = const { Cell::new(0) };
-    /// W: id of the workqueue whose item this thread runs (0: none).
-    static CURRENT_WQ: Cell<u64> = const { Cell::new(0) };
-    /// W: address of the work item this thread runs (0: none).
-    static RUNNING_WORK: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The id of the workqueue whose item the calling thread is running (0: none).
-pub(crate) fn current_wq() -> u64 {
-    CURRENT_WQ.with(Cell::get)
-}
-
-/// The address of the work item the calling thread is running (0: none).
-pub(crate) fn running_work() -> usize {
-    RUNNING_WORK.with(Cell::get)
-}
+pub(crate) use worklist::Acquire;
+use worklist::Worklist;
 
 /// A handle on a pool. Pools are shared between workqueues (through pwqs, which hold
 /// these); dropping the last handle stops the workers and joins them.
@@ -66,13 +52,45 @@ struct WorkerSlot {
     repatriate: bool,
 }
 
+/// The pool's counts that queuers read without the pool lock, to skip it when no
+/// worker needs waking. Written under the pool lock (all `SeqCst`: `running` and
+/// `spinning` pair with the worklist length, see [`Worklist`]; `idle` and `workers`
+/// are hints that every decision re-reads under the lock).
+#[derive(Default)]
+pub(crate) struct Counts {
+    /// A: workers running or about to run items, not counting `blocking()` sections.
+    running: AtomicUsize,
+    /// A: workers polling the worklist before going idle (counted in `running`).
+    spinning: AtomicUsize,
+    /// A: mirror of `PoolState::idle.len()`.
+    idle: AtomicUsize,
+    /// A: mirror of `PoolState::nr_workers`.
+    workers: AtomicUsize,
+}
+
+impl Counts {
+    /// The load as queuers see it without the pool lock, for a worklist of `worklist`
+    /// items read just before (`SeqCst` loads: see the fields).
+    fn load(&self, worklist: usize, concurrency: usize) -> PoolLoad {
+        PoolLoad {
+            worklist,
+            idle: self.idle.load(SeqCst),
+            running: self.running.load(SeqCst),
+            workers: self.workers.load(SeqCst),
+            concurrency,
+            spinning: self.spinning.load(SeqCst),
+        }
+    }
+}
+
 impl PoolState {
     /// Sleep/wake, waker side (under the lock): takes the idle worker at position `at`
     /// off the idle list, counts it running and marks it woken. Returns its thread, to
     /// unpark once the lock is released.
-    fn wake_at(&mut self, at: usize, repatriate: bool) -> Option<thread::Thread> {
+    fn wake_at(&mut self, counts: &Counts, at: usize, repatriate: bool) -> Option<thread::Thread> {
         let index = self.idle.remove(at)?;
-        self.nr_running += 1;
+        counts.idle.store(self.idle.len(), SeqCst);
+        counts.running.fetch_add(1, SeqCst);
         let slot = self.slots[index].as_mut()?;
         slot.woken = true;
         slot.repatriate = repatriate;
@@ -81,14 +99,30 @@ impl PoolState {
 
     /// Sleep/wake, sleeper side (under the lock, after finding the worklist empty):
     /// worker `index` stops counting as running and joins the idle list (newest last).
-    fn go_idle(&mut self, index: usize, last_cpu: usize) {
-        self.nr_running -= 1;
+    /// Then it looks at the worklist again: if an item arrived, it takes itself off
+    /// the list and stays running, and this returns false.
+    fn go_idle<T>(
+        &mut self,
+        counts: &Counts,
+        worklist: &Worklist<T>,
+        index: usize,
+        last_cpu: usize,
+    ) -> bool {
+        // SeqCst, then the length: pairs with a queuer's push, then its load of
+        // `running` (`PoolCore::push`).
+        counts.running.fetch_sub(1, SeqCst);
+        if worklist.len() > 0 {
+            counts.running.fetch_add(1, SeqCst);
+            return false;
+        }
         if let Some(slot) = self.slots[index].as_mut() {
             slot.woken = false;
             slot.idle_since = Instant::now();
             slot.last_cpu = last_cpu;
         }
         self.idle.push_back(index);
+        counts.idle.store(self.idle.len(), SeqCst);
+        true
     }
 }
 
@@ -109,18 +143,12 @@ fn sleep_once(
 /// Everything the pool lock guards (all L).
 #[derive(Default)]
 pub(crate) struct PoolState {
-    /// Runnable items, FIFO.
-    worklist: VecDeque<Entry>,
     /// Idle workers' slot indices, oldest first; the newest is woken first (LIFO).
     idle: VecDeque<usize>,
     /// Workers by slot index; `None` marks a free slot.
     slots: Vec<Option<WorkerSlot>>,
     /// Workers alive or being started.
     nr_workers: usize,
-    /// Workers running or about to run items, not counting `blocking()` sections.
-    nr_running: usize,
-    /// Workers polling the worklist before going idle (counted in `nr_running`).
-    nr_spinning: usize,
     /// Set when the last handle is dropped: workers exit.
     shutdown: bool,
 }
@@ -146,10 +174,10 @@ pub(crate) struct PoolCore {
     idle_timeout: Duration,
     /// L: the pool lock.
     state: Mutex<PoolState>,
-    /// A: items pushed so far, stored (Relaxed) under the pool lock; spinning workers
-    /// poll it without the lock to notice a push. A hint only: a spinner decides under
-    /// the lock, so it pairs with nothing.
-    pushes: AtomicU64,
+    /// K: runnable items (their own lock).
+    worklist: Worklist<Entry>,
+    /// A: counts readable without the pool lock.
+    counts: Counts,
     /// A: counters.
     pub(crate) stats: PoolCounters,
     /// J: join handles of started workers.
@@ -187,7 +215,8 @@ impl Pool {
                 virt_of_real,
                 idle_timeout,
                 state: Mutex::new(PoolState::default()),
-                pushes: AtomicU64::new(0),
+                worklist: Worklist::default(),
+                counts: Counts::default(),
                 stats: PoolCounters::default(),
                 joins: std::sync::Mutex::new(Vec::new()),
             }),
@@ -230,13 +259,21 @@ impl PoolCore {
         }
     }
 
-    /// Appends an active item to the worklist and kicks the pool.
+    /// Appends an active item to the worklist and kicks the pool. The pool lock is
+    /// taken only when the counts read without it say a worker may need waking or
+    /// creating (`policy::kick` on them, then again under the lock).
     pub(crate) fn push(self: &Arc<Self>, entry: Entry) {
-        let mut st = self.stats.enqueue_lock.lock(&self.state);
-        st.worklist.push_back(entry);
-        // Under the lock, so a plain increment: no locked instruction.
-        let pushes = self.pushes.load(Relaxed);
-        self.pushes.store(pushes + 1, Relaxed);
+        self.worklist.push(entry, &self.stats.enqueue_lock);
+        self.kick();
+    }
+
+    /// Kicks the pool if the counts read without the lock say so.
+    fn kick(self: &Arc<Self>) {
+        // SeqCst loads after the push: pairs with `go_idle` and the spinner's exit.
+        if policy::kick(self.load_unlocked()) == Kick::Nothing {
+            return;
+        }
+        let mut st = lock(&self.state);
         let action = self.kick_locked(&mut st);
         drop(st);
         self.act(action);
@@ -248,14 +285,21 @@ impl PoolCore {
         (st.nr_workers, st.idle.len())
     }
 
+    /// The load as queuers see it without the lock.
+    fn load_unlocked(&self) -> PoolLoad {
+        self.counts.load(self.worklist.len(), self.concurrency)
+    }
+
+    /// The load under the pool lock (`running` and `spinning` change under it too,
+    /// except for the sleeper's undo in `go_idle`, which only adds a running worker).
     fn load(&self, st: &PoolState) -> PoolLoad {
         PoolLoad {
-            worklist: st.worklist.len(),
+            worklist: self.worklist.len(),
             idle: st.idle.len(),
-            running: st.nr_running,
+            running: self.counts.running.load(SeqCst),
             workers: st.nr_workers,
             concurrency: self.concurrency,
-            spinning: st.nr_spinning,
+            spinning: self.counts.spinning.load(SeqCst),
         }
     }
 
@@ -273,11 +317,14 @@ impl PoolCore {
                 if repatriate {
                     // Charged, as in the kernel, to the workqueue of the first waiting item.
                     self.stats.items.repatriated.inc();
-                    if let Some(first) = st.worklist.front() {
-                        first.meta.pwq.wq.counters.repatriated.inc();
-                    }
+                    let mut first = true;
+                    self.worklist.for_each(|e| {
+                        if std::mem::take(&mut first) {
+                            e.meta.pwq.wq.counters.repatriated.inc();
+                        }
+                    });
                 }
-                st.wake_at(at, repatriate)
+                st.wake_at(&self.counts, at, repatriate)
                     .map_or(Action::Nothing, Action::Unpark)
             }
             Kick::Create => {
@@ -299,7 +346,8 @@ impl PoolCore {
                     }
                 };
                 st.nr_workers += 1;
-                st.nr_running += 1;
+                self.counts.workers.store(st.nr_workers, SeqCst);
+                self.counts.running.fetch_add(1, SeqCst);
                 Action::Spawn(index)
             }
         }
@@ -335,18 +383,21 @@ impl PoolCore {
             .unwrap_or_else(|| self.key.pod.first().unwrap_or(0))
     }
 
-    /// A `blocking()` section starts on a worker of this pool: it stops counting as
-    /// running, so another worker may be woken or started for waiting items.
+    /// A `blocking()` section starts on a worker of this pool: the items it took and
+    /// has not started go back to the worklist, and it stops counting as running, so
+    /// another worker may be woken or started for them.
     fn enter_blocking(self: &Arc<Self>) {
+        BATCH.with(|b| self.worklist.push_front_all(&mut b.borrow_mut()));
         let mut st = lock(&self.state);
-        st.nr_running -= 1;
+        self.counts.running.fetch_sub(1, SeqCst);
         let action = self.kick_locked(&mut st);
         drop(st);
         self.act(action);
     }
 
     fn leave_blocking(&self) {
-        lock(&self.state).nr_running += 1;
+        let _st = lock(&self.state);
+        self.counts.running.fetch_add(1, SeqCst);
     }
 }
 
@@ -415,99 +466,99 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     }
     WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(pool)));
     let mut cpu_clock = thread_cpu_ns();
-    let mut st = lock(&pool.state);
-    if let Some(slot) = st.slots[index].as_mut() {
+    if let Some(slot) = lock(&pool.state).slots[index].as_mut() {
         slot.thread = Some(thread::current());
     }
     // Whether the worker polled the worklist since it last ran an item.
     let mut spun = false;
     loop {
-        if let Some(entry) = st.worklist.pop_front() {
-            let action = pool.kick_locked(&mut st);
-            drop(st);
-            pool.act(action);
+        if let Some(entry) = BATCH.with(|b| b.borrow_mut().pop_front()) {
             run_entry(pool, entry, Some(mine));
             spun = false;
-            st = pool
-                .stats
-                .dequeue_lock
-                .lock_owned(&pool.state, mine.dequeue_acquisition());
             continue;
         }
-        if st.shutdown {
-            break;
+        if take_batch(pool, mine) {
+            continue;
         }
         if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
             spun = true;
-            st = spin(&pool.state, &pool.pushes, st, budget);
-            continue; // the worklist is checked again under the lock
+            spin(&pool.counts, &pool.worklist, budget);
+            continue; // the worklist is checked again
         }
-        st.go_idle(index, pool.worker_cpu());
+        let mut st = lock(&pool.state);
+        if st.shutdown {
+            // Shutdown with an empty worklist (the last handle is gone, so no pwq can
+            // queue).
+            st.slots[index] = None;
+            st.nr_workers -= 1;
+            pool.counts.workers.store(st.nr_workers, SeqCst);
+            pool.counts.running.fetch_sub(1, SeqCst);
+            break;
+        }
+        if !st.go_idle(&pool.counts, &pool.worklist, index, pool.worker_cpu()) {
+            continue; // an item arrived meanwhile
+        }
         drop(st);
         let now = thread_cpu_ns();
         pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
         cpu_clock = now;
         match idle(pool, index) {
-            Some((guard, repatriate)) => {
-                st = guard;
+            Some(repatriate) => {
                 if repatriate {
-                    drop(st);
                     // Narrow to the pod so the scheduler moves us there, then widen
                     // again: the kernel's wake_cpu nudge, paid by the woken worker.
                     let _ = cpu::set_affinity(&pool.pod_real);
                     let _ = cpu::set_affinity(&pool.allowed);
-                    st = pool
-                        .stats
-                        .dequeue_lock
-                        .lock_owned(&pool.state, mine.dequeue_acquisition());
                 }
             }
-            None => {
-                let now = thread_cpu_ns();
-                pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
-                WORKER_POOL.with(|p| *p.borrow_mut() = None);
-                return;
-            }
+            None => break,
         }
     }
-    // Shutdown with an empty worklist (the last handle is gone, so no pwq can queue).
-    st.slots[index] = None;
-    st.nr_workers -= 1;
-    st.nr_running -= 1;
-    drop(st);
     let now = thread_cpu_ns();
     pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
     WORKER_POOL.with(|p| *p.borrow_mut() = None);
 }
 
-/// Sleep/wake, spinner side (under the lock, after finding the worklist empty): counts
-/// the worker spinning, polls `pushes` (the pool's push count) without the lock for at most
-/// `budget` ([`policy::idle_step`]), and returns the lock with the worker no longer spinning.
-/// Queuers skip the wake-up for items a spinner will take (`policy::kick`), so the
-/// caller must check the worklist under the returned lock before going idle.
-fn spin<'a>(
-    state: &'a Mutex<PoolState>,
-    pushes: &AtomicU64,
-    mut st: MutexGuard<'a, PoolState>,
-    budget: Duration,
-) -> MutexGuard<'a, PoolState> {
-    st.nr_spinning += 1;
-    let seen = pushes.load(Relaxed);
-    drop(st);
-    poll_pushes(pushes, seen, budget);
-    let mut st = lock(state);
-    st.nr_spinning -= 1;
-    st
+/// Takes this worker's share of the worklist into its batch (`policy::batch_take`) and,
+/// if items are left, kicks the pool so wake-ups chain as in the kernel. Returns whether
+/// it took any.
+fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
+    let took = BATCH.with(|b| {
+        pool.worklist.take_batch(
+            |waiting| policy::batch_take(waiting, pool.concurrency),
+            &mut b.borrow_mut(),
+            &pool.stats.dequeue_lock.owned(mine.dequeue_acquisition()),
+        )
+    });
+    if took == 0 {
+        return false;
+    }
+    if pool.worklist.len() > 0 {
+        pool.kick();
+    }
+    true
 }
 
-/// Polls `pushes` until it moves past `seen` or `budget` passes: a few pause loops,
+/// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
+/// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]), and stops
+/// counting as spinning. Queuers skip the wake-up for items a spinner will take
+/// (`policy::kick`), so the caller must look at the worklist again before going idle.
+fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration) {
+    counts.spinning.fetch_add(1, SeqCst);
+    poll_worklist(worklist, budget);
+    // SeqCst, then the caller's look at the worklist: pairs with a queuer's push, then
+    // its load of `spinning`.
+    counts.spinning.fetch_sub(1, SeqCst);
+}
+
+/// Polls the worklist until it holds an item or `budget` passes: a few pause loops,
 /// then yields, so a producer on the same CPU gets to run.
 #[cfg(not(loom))]
-fn poll_pushes(pushes: &AtomicU64, seen: u64, budget: Duration) {
+fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration) {
     const PAUSES: u32 = 64;
     let deadline = Instant::now() + budget;
     let mut rounds = 0u32;
-    while pushes.load(Relaxed) == seen {
+    while worklist.len() == 0 {
         if rounds < PAUSES {
             std::hint::spin_loop();
             rounds += 1;
@@ -520,23 +571,22 @@ fn poll_pushes(pushes: &AtomicU64, seen: u64, budget: Duration) {
 }
 
 /// The loom stand-in: one look and a yield (loom has no clock; any bound will do,
-/// since the caller decides under the lock).
+/// since the caller looks again).
 #[cfg(loom)]
-fn poll_pushes(pushes: &AtomicU64, seen: u64, _budget: Duration) {
-    if pushes.load(Relaxed) == seen {
+fn poll_worklist<T>(worklist: &Worklist<T>, _budget: Duration) {
+    if worklist.len() == 0 {
         loom::thread::yield_now();
     }
 }
 
-/// Sleeps on the idle list until woken (returns the lock and whether to repatriate) or
-/// until reaped or shut down (returns `None`; the worker has left the pool).
-fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, bool)> {
+/// Sleeps on the idle list until woken (returns whether to repatriate) or until reaped
+/// or shut down (returns `None`; the worker has left the pool).
+fn idle(pool: &PoolCore, index: usize) -> Option<bool> {
     loop {
         let (mut st, woken) = sleep_once(&pool.state, index, pool.idle_timeout);
         let slot = st.slots[index].as_ref().expect("a worker's own slot");
         if woken {
-            let repatriate = slot.repatriate;
-            return Some((st, repatriate));
+            return Some(slot.repatriate);
         }
         let idle = policy::IdleWorkers {
             idle: st.idle.len(),
@@ -547,8 +597,10 @@ fn idle(pool: &PoolCore, index: usize) -> Option<(MutexGuard<'_, PoolState>, boo
         let reap = position.is_some() && policy::reap(idle, pool.idle_timeout) == position;
         if st.shutdown || reap {
             st.idle.retain(|&i| i != index);
+            pool.counts.idle.store(st.idle.len(), SeqCst);
             st.slots[index] = None;
             st.nr_workers -= 1;
+            pool.counts.workers.store(st.nr_workers, SeqCst);
             if reap {
                 pool.stats.workers_reaped.inc();
             }
@@ -659,19 +711,17 @@ fn execute(
         record.locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
         start
     };
-    CURRENT_WQ.with(|c| c.set(wq.id));
-    RUNNING_WORK.with(|c| c.set(work_addr));
+    context::set_running(wq.id, work_addr);
     let panicked = f();
     #[cfg(feature = "stats")]
     record.run_time(crate::stats::elapsed_ns(start));
-    RUNNING_WORK.with(|c| c.set(0));
-    CURRENT_WQ.with(|c| c.set(0));
+    context::set_running(0, 0);
     record.completed();
     wq.counters.completed.inc();
     if let Some(message) = panicked {
         owner.stats.items.panicked.inc();
         wq.counters.panicked.inc();
-        crate::report_panic(&wq.name, &message);
+        wq.report_panic(&message);
     }
 }
 
@@ -693,24 +743,46 @@ fn thread_cpu_ns() -> u64 {
     0
 }
 
-/// Loom model of the sleep/wake protocol on the real `spin`, `PoolState::go_idle`,
-/// `PoolState::wake_at`, `sleep_once` and `policy::kick`:
-/// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
+/// Loom model of the sleep/wake protocol on the real `Worklist`, `spin`,
+/// `PoolState::go_idle`, `PoolState::wake_at`, `sleep_once`, `Counts::load` and
+/// `policy::kick`: `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
-    use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
+    use worklist::Plain;
 
-    /// A queuer publishes work (a flag standing in for the worklist, checked under the
-    /// pool lock as the worklist is) while the worker spins and then goes idle; the
-    /// queuer skips the wake-up when `kick` counts a spinner. The worker always sees the
-    /// work, never sleeping through its wake-up.
+    /// The queuer's side of `PoolCore::push`: push, decide on the counts without the
+    /// lock, and only then lock and wake the newest idle worker.
+    fn queue(state: &Mutex<PoolState>, counts: &Counts, list: &Worklist<u32>, item: u32) {
+        list.push(item, &Plain);
+        if policy::kick(counts.load(list.len(), 1)) == Kick::Nothing {
+            return;
+        }
+        let mut st = lock(state);
+        let to_wake = match policy::kick(counts.load(list.len(), 1)) {
+            Kick::Wake => {
+                let at = st.idle.len() - 1;
+                st.wake_at(counts, at, false)
+            }
+            _ => None,
+        };
+        drop(st);
+        if let Some(t) = to_wake {
+            t.unpark();
+        }
+    }
+
+    /// One worker (running, as a pool's first worker is) takes batches, spins and goes
+    /// idle while a queuer pushes two items without the pool lock, skipping the wake-up
+    /// whenever the lock-free counts say the worker runs or spins. The worker always
+    /// gets both items, never sleeping through a wake-up (loom reports a deadlock if it
+    /// does).
     #[test]
     fn loom_no_lost_wake_up() {
         loom::model(|| {
             let state = std::sync::Arc::new(Mutex::new(PoolState::default()));
-            let work = std::sync::Arc::new(AtomicBool::new(false));
-            let pushes = std::sync::Arc::new(AtomicU64::new(0));
+            let counts = std::sync::Arc::new(Counts::default());
+            let list = std::sync::Arc::new(Worklist::<u32>::default());
             {
                 let mut st = lock(&state);
                 st.slots.push(Some(WorkerSlot {
@@ -721,59 +793,43 @@ mod loom_tests {
                     repatriate: false,
                 }));
                 st.nr_workers = 1;
-                st.nr_running = 1;
+                counts.workers.store(1, SeqCst);
+                counts.running.store(1, SeqCst);
             }
             let worker = {
-                let (state, work, pushes) = (state.clone(), work.clone(), pushes.clone());
+                let (state, counts, list) = (state.clone(), counts.clone(), list.clone());
                 loom::thread::spawn(move || {
-                    let mut st = lock(&state);
-                    st.slots[0].as_mut().unwrap().thread = Some(thread::current());
+                    lock(&state).slots[0].as_mut().unwrap().thread = Some(thread::current());
+                    let mut got = VecDeque::new();
                     let mut spun = false;
-                    loop {
-                        if work.load(SeqCst) {
-                            return;
+                    while got.len() < 2 {
+                        if list.take_batch(|n| policy::batch_take(n, 1), &mut got, &Plain) > 0 {
+                            spun = false;
+                            continue;
                         }
                         if !spun {
                             spun = true;
-                            st = spin(&state, &pushes, st, policy::IDLE_SPIN);
+                            spin(&counts, &list, policy::IDLE_SPIN);
                             continue;
                         }
-                        st.go_idle(0, 0);
+                        let mut st = lock(&state);
+                        if !st.go_idle(&counts, &list, 0, 0) {
+                            continue;
+                        }
                         drop(st);
                         loop {
                             let (guard, woken) = sleep_once(&state, 0, Duration::from_secs(1));
-                            st = guard;
                             if woken {
                                 break;
                             }
-                            drop(st);
+                            drop(guard);
                         }
-                        // `sleep_once` returned the lock; re-check for work at the top.
                     }
+                    assert_eq!(got, [1, 2]);
                 })
             };
-            let mut st = lock(&state);
-            work.store(true, SeqCst);
-            pushes.store(pushes.load(Relaxed) + 1, Relaxed);
-            let load = policy::PoolLoad {
-                worklist: 1,
-                idle: st.idle.len(),
-                running: st.nr_running,
-                workers: st.nr_workers,
-                concurrency: 1,
-                spinning: st.nr_spinning,
-            };
-            let to_wake = match policy::kick(load) {
-                Kick::Wake => {
-                    let at = st.idle.len() - 1;
-                    st.wake_at(at, false)
-                }
-                _ => None,
-            };
-            drop(st);
-            if let Some(t) = to_wake {
-                t.unpark();
-            }
+            queue(&state, &counts, &list, 1);
+            queue(&state, &counts, &list, 2);
             worker.join().unwrap();
         });
     }

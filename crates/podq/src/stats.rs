@@ -30,7 +30,7 @@ use std::sync::Arc;
 #[cfg(feature = "stats")]
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::policy::Locality as Place;
 use crate::sync::{Mutex, MutexGuard};
@@ -206,24 +206,39 @@ pub(crate) struct LockCounters {
     wait_ns: Counter,
 }
 
-impl LockCounters {
+/// Counts acquisitions in the lock's own counters (queuers).
+impl crate::pool::Acquire for LockCounters {
     /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
     #[inline]
-    pub(crate) fn lock<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+    fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
         let guard = self.lock_uncounted(mutex);
         self.acquisitions.add_locked(1);
         guard
     }
+}
 
-    /// [`LockCounters::lock`], counting the acquisition in a worker's own counter.
+/// [`LockCounters`] with the acquisition counted in a worker's own counter.
+pub(crate) struct OwnedAcquire<'a> {
+    lock: &'a LockCounters,
+    acquisitions: &'a OwnedCounter,
+}
+
+impl crate::pool::Acquire for OwnedAcquire<'_> {
     #[inline]
-    pub(crate) fn lock_owned<'a, T>(
-        &self,
-        mutex: &'a Mutex<T>,
-        acquisitions: &OwnedCounter,
-    ) -> MutexGuard<'a, T> {
-        acquisitions.inc();
-        self.lock_uncounted(mutex)
+    fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
+        self.acquisitions.inc();
+        self.lock.lock_uncounted(mutex)
+    }
+}
+
+impl LockCounters {
+    /// Takes the lock counting the acquisition in a worker's own counter.
+    #[inline]
+    pub(crate) fn owned<'a>(&'a self, acquisitions: &'a OwnedCounter) -> OwnedAcquire<'a> {
+        OwnedAcquire {
+            lock: self,
+            acquisitions,
+        }
     }
 
     #[inline]
@@ -479,7 +494,7 @@ impl Histogram {
 }
 
 /// Item totals of a workqueue or pool.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Totals {
     /// Items accepted by a queue call (and `spawn`).
     pub queued: u64,
@@ -499,7 +514,7 @@ pub struct Totals {
 }
 
 /// Contention of a pool lock at one kind of call site.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LockStats {
     /// Times the lock was taken.
     pub acquisitions: u64,
@@ -510,7 +525,7 @@ pub struct LockStats {
 }
 
 /// Where items ran relative to where they were queued, in the workqueue's topology.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Locality {
     /// On the queueing CPU.
     pub same_cpu: u64,
@@ -525,7 +540,7 @@ pub struct Locality {
 }
 
 /// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     /// Values recorded.
     pub count: u64,
@@ -549,7 +564,7 @@ pub struct Latency {
 
 /// A snapshot of one pool. Pools are shared by workqueues with equal pool attributes,
 /// so these numbers cover every workqueue that uses the pool.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct PoolStats {
     /// Process-unique pool id (as in worker names `podq/u<id>:<n>`).
     pub id: u64,
@@ -654,7 +669,7 @@ impl PoolStats {
 }
 
 /// A snapshot of one workqueue.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct WorkqueueStats {
     /// The workqueue's name.
     pub name: String,
@@ -743,10 +758,14 @@ mod tests {
             all.record(v * 1000);
         }
         let mutex = Mutex::new(());
-        drop(
-            pool.dequeue_lock
-                .lock_owned(&mutex, a.dequeue_acquisition()),
-        );
+        {
+            use crate::pool::Acquire;
+            drop(
+                pool.dequeue_lock
+                    .owned(a.dequeue_acquisition())
+                    .acquire(&mutex),
+            );
+        }
         let before = PoolStats::from_counters(&pool);
         assert_eq!((before.started, before.completed), (300, 300));
         assert_eq!(before.locality.same_llc, 300);

@@ -1,8 +1,8 @@
 //! The synchronisation facade: std types normally, loom's under `cfg(loom)`, so the loom
 //! models in this crate exercise the real protocol code (pending bit, sleep/wake, flush).
 //!
-//! Only the modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `pool/sleep.rs`)
-//! use the facade; the rest of the runtime uses `std` directly (loom has no `Weak`, no
+//! The modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `pool.rs`,
+//! `pool/worklist.rs`) use the facade; the rest of the runtime uses `std` directly (loom has no `Weak`, no
 //! `const` mutexes and no clock) through [`lock_std`] and [`wait_std`].
 
 #[cfg(loom)]

@@ -1,5 +1,7 @@
-//! Fake topologies for tests and examples: many pods, nodes and LLCs on any machine.
-//! Their CPUs map onto the real ones round-robin (see [`crate::pin_thread_to`]).
+//! Test helpers (the `test-util` feature): fake topologies with many pods, nodes and
+//! LLCs on any machine, their CPUs mapped onto the real ones round-robin (see
+//! [`crate::pin_thread_to`]); and [`refresh_with`], a refresh as if the machine's usable
+//! CPUs had changed.
 
 use podq_topology::{CpuFacts, CpuSet, Topology};
 

@@ -9,6 +9,7 @@
 //! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
 //! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
+#[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
 pub(crate) mod refresh;
@@ -33,9 +34,11 @@ use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+use crate::error::SpawnError;
+use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
-use crate::{Attrs, Error};
+use crate::{Attrs, Error, PanicHook, PanicReport};
 use flush::{FlushDomain, InFlight};
 
 thread_local! {
@@ -185,6 +188,10 @@ pub(crate) struct WqShared {
     destroyed: AtomicBool,
     /// A: item counters of this workqueue.
     pub(crate) counters: ItemCounters,
+    /// I: its own panic hook (`None`: the process-wide one).
+    panic_hook: Option<PanicHook>,
+    /// I: its own error hook (`None`: the process-wide one).
+    pub(crate) error_hook: Option<ErrorHook>,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -244,10 +251,21 @@ pub(crate) fn live_workqueues() -> Vec<Arc<WqShared>> {
 }
 
 /// The process default scope: set by `set_default_scope`, else from
-/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`.
+/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`. A bad environment value is warned
+/// about once, on stderr, when the default is first needed: the error hook is about
+/// pools, and may not be set yet.
 fn default_cell() -> &'static Mutex<Scope> {
     static DEFAULT: OnceLock<Mutex<Scope>> = OnceLock::new();
-    DEFAULT.get_or_init(|| Mutex::new(env_default().unwrap_or(Scope::BUILTIN_DEFAULT)))
+    DEFAULT.get_or_init(|| {
+        let scope = env_default().unwrap_or_else(|e| {
+            eprintln!(
+                "podq: warning: {e}; using `{}` as the default scope",
+                Scope::BUILTIN_DEFAULT
+            );
+            Scope::BUILTIN_DEFAULT
+        });
+        Mutex::new(scope)
+    })
 }
 
 fn env_default() -> Result<Scope, Error> {
@@ -257,8 +275,9 @@ fn env_default() -> Result<Scope, Error> {
 
 /// The process-wide default affinity scope that workqueues with `Scope::Default`
 /// follow: the last [`set_default_scope`], else `PODQ_DEFAULT_AFFINITY_SCOPE`, else
-/// `cache_shard`. (A bad environment value is reported by [`WorkqueueBuilder::build`]
-/// for workqueues on `Scope::Default`; here it reads as `cache_shard`.)
+/// `cache_shard`. A bad environment value reads as `cache_shard`, with one warning on
+/// stderr for the process, and [`WorkqueueBuilder::build`] refuses workqueues on
+/// `Scope::Default` while it is set.
 pub fn default_scope() -> Scope {
     *lock(default_cell())
 }
@@ -304,7 +323,7 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
 }
 
 /// Builds a [`Workqueue`]; every setting has the kernel's default.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct WorkqueueBuilder {
     name: String,
     scope: Scope,
@@ -317,9 +336,51 @@ pub struct WorkqueueBuilder {
     idle_timeout: Duration,
     rescuer: bool,
     auto: auto::Settings,
+    panic_hook: Option<PanicHook>,
+    error_hook: Option<ErrorHook>,
+}
+
+impl fmt::Debug for WorkqueueBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkqueueBuilder")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .field("strict", &self.strict)
+            .field("cpumask", &self.cpumask)
+            .field("max_active", &self.max_active)
+            .field("ordered", &self.ordered)
+            .field("nice", &self.nice)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("rescuer", &self.rescuer)
+            .field("auto", &self.auto)
+            .field("panic_hook", &self.panic_hook.is_some())
+            .field("error_hook", &self.error_hook.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl WorkqueueBuilder {
+    /// The hook called for each of this workqueue's items that panics, instead of the
+    /// process-wide one ([`crate::set_panic_hook`], the default). It runs on the
+    /// worker after the item unwound; a panicking hook is caught.
+    pub fn panic_hook(mut self, hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) -> Self {
+        self.panic_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The hook told about faults the runtime handles for this workqueue (a worker
+    /// thread that could not be created for a pool its items wait on), instead of the
+    /// process-wide one ([`crate::set_error_hook`], the default). A pool shared by
+    /// several workqueues tells each waiting workqueue's hook once, and the process-wide
+    /// hook once for those without one.
+    pub fn error_hook(
+        mut self,
+        hook: impl Fn(&crate::ErrorReport<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.error_hook = Some(Arc::new(hook));
+        self
+    }
+
     /// Affinity scope (default: `Scope::Default`, following the process default).
     pub fn scope(mut self, scope: Scope) -> Self {
         self.scope = scope;
@@ -474,6 +535,8 @@ impl WorkqueueBuilder {
             draining: AtomicUsize::new(0),
             destroyed: AtomicBool::new(false),
             counters: ItemCounters::default(),
+            panic_hook: self.panic_hook,
+            error_hook: self.error_hook,
         });
         {
             let mut cfg = lock(&shared.config);
@@ -520,6 +583,8 @@ impl Workqueue {
             idle_timeout: policy::IDLE_WORKER_TIMEOUT,
             rescuer: false,
             auto: auto::Settings::default(),
+            panic_hook: None,
+            error_hook: None,
         }
     }
 
@@ -603,19 +668,34 @@ impl Workqueue {
     ) -> JoinHandle<T> {
         match self.try_spawn(f) {
             Ok(handle) => handle,
-            Err(e) => panic!("{e}"),
+            Err(e) => panic!("{}", e.error()),
         }
     }
 
-    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error.
-    pub fn try_spawn<T: Send + 'static>(
-        &self,
-        f: impl FnOnce() -> T + Send + 'static,
-    ) -> Result<JoinHandle<T>, Error> {
+    /// As [`Workqueue::spawn`], with a draining workqueue reported as an error that
+    /// gives the closure back.
+    ///
+    /// ```
+    /// let wq = podq::Workqueue::builder("doc-try-spawn").build()?;
+    /// let answer = wq.try_spawn(|| 6 * 7).map_err(|e| e.into_parts().0)?;
+    /// assert_eq!(answer.join().unwrap(), 42);
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn try_spawn<T, F>(&self, f: F) -> Result<JoinHandle<T>, SpawnError<F>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
         let wq = self.shared();
-        wq.check_accepting()?;
+        if let Err(e) = wq.check_accepting() {
+            return Err(SpawnError::new(e, f));
+        }
         let (handle, task) = join::pair(f);
-        wq.enqueue(Task::Once(task), None)?;
+        // Past the check, the call counts as made before any drain that began since: it
+        // is queued and a drain waits for it. Only a destroyed workqueue refuses it then,
+        // which cannot happen while this handle lives; were it refused, the handle would
+        // report the item dropped without running.
+        let _ = wq.enqueue_any(Task::Once(task), None, true);
         Ok(handle)
     }
 
@@ -732,6 +812,12 @@ impl Workqueue {
 }
 
 impl WqShared {
+    /// Tells the workqueue's panic hook, or else the process-wide one, that one of its
+    /// items panicked with `message`.
+    pub(crate) fn report_panic(&self, message: &str) {
+        crate::report_panic(self.panic_hook.as_ref(), &self.name, message);
+    }
+
     /// [`Workqueue::set_max_active`]; also what the control plane calls.
     fn set_max_active(&self, n: usize) -> Result<(), Error> {
         let wq = self;

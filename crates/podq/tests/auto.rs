@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use podq::control::{Client, ControlServer, Registry, RegistryTarget, RuntimeDefaultScope};
+use podq::control::{Client, ControlServer};
 use podq::policy::auto::{AutoConfig, Reason};
 use podq::testing::fake_topology;
 use podq::{Scope, Workqueue};
@@ -57,10 +57,7 @@ fn control_plane_sets_and_shows_auto() {
     let dir = tempfile::tempdir().unwrap();
     let server = ControlServer::builder()
         .path(dir.path().join("ctl.sock"))
-        .build(Arc::new(RegistryTarget::new(
-            Arc::clone(Registry::global()),
-            RuntimeDefaultScope,
-        )))
+        .build()
         .unwrap();
     let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
     let wq = Workqueue::builder("auto_ctl")
@@ -69,7 +66,7 @@ fn control_plane_sets_and_shows_auto() {
         .build()
         .unwrap();
     wq.expose().unwrap();
-    let request = |line: &str| podq::control::protocol::parse_request(line.as_bytes()).unwrap();
+    let request = |line: &str| podq::control::parse_request(line.as_bytes()).unwrap();
     let set = client
         .call(&request(
             r#"{"cmd":"set","queue":"auto_ctl","attr":"affinity_scope","value":"auto"}"#,

@@ -520,3 +520,55 @@ fn drain_refuses_delayed_items_from_outside() {
     dwork.flush();
     assert_eq!(runs.load(SeqCst), 1);
 }
+
+#[test]
+fn a_refused_try_spawn_gives_the_closure_back() {
+    let wq = Workqueue::builder("t-spawn-back").build().unwrap();
+    let gate = Arc::new(Barrier::new(2));
+    let g = gate.clone();
+    wq.spawn(move || {
+        g.wait();
+    });
+    let outsider = {
+        let wq = wq.clone();
+        std::thread::spawn(move || loop {
+            match wq.try_spawn(|| 7) {
+                Ok(handle) => {
+                    assert_eq!(handle.join().unwrap(), 7);
+                }
+                Err(refused) => {
+                    assert!(matches!(refused.error(), Error::Draining { .. }));
+                    assert!(refused.to_string().contains("draining"), "{refused}");
+                    let f = refused.into_inner();
+                    gate.wait();
+                    return f();
+                }
+            }
+        })
+    };
+    wq.drain();
+    assert_eq!(outsider.join().unwrap(), 7, "the closure came back unrun");
+}
+
+#[test]
+fn a_workqueue_panic_hook_replaces_the_process_wide_one() {
+    let seen = Arc::new(Mutex::new(Vec::<(String, String)>::new()));
+    let s = seen.clone();
+    let wq = Workqueue::builder("t-own-panic-hook")
+        .panic_hook(move |r| {
+            s.lock()
+                .unwrap()
+                .push((r.workqueue.to_owned(), r.message.to_owned()));
+        })
+        .build()
+        .unwrap();
+    let other = Workqueue::builder("t-no-panic-hook").build().unwrap();
+    assert!(wq.spawn(|| panic!("boom")).join().is_err());
+    assert!(other.spawn(|| panic!("elsewhere")).join().is_err());
+    wq.flush();
+    other.flush();
+    assert_eq!(
+        *seen.lock().unwrap(),
+        vec![("t-own-panic-hook".to_owned(), "boom".to_owned())]
+    );
+}

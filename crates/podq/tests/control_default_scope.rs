@@ -1,12 +1,9 @@
 //! The process default scope through the control plane: queues on `default` follow it
 //! live. (A test binary of its own: it changes process-wide state.)
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use podq::control::{
-    Client, ControlServer, Registry, RegistryTarget, Request, RuntimeDefaultScope,
-};
+use podq::control::{Client, ControlServer, Request};
 use podq::{Scope, Workqueue};
 
 #[test]
@@ -14,10 +11,7 @@ fn default_scope_changes_follow_live() {
     let dir = tempfile::tempdir().unwrap();
     let server = ControlServer::builder()
         .path(dir.path().join("ctl.sock"))
-        .build(Arc::new(RegistryTarget::new(
-            Arc::clone(Registry::global()),
-            RuntimeDefaultScope,
-        )))
+        .build()
         .unwrap();
     let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
     let follower = Workqueue::builder("follower").build().unwrap();

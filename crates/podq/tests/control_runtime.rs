@@ -5,13 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use podq::control::{
-    Client, ControlServer, Registry, RegistryTarget, Reply, Request, RuntimeDefaultScope,
-};
+use podq::control::{Client, ControlServer, Reply, Request};
 use podq::{CpuSet, Scope, Topology, Work, Workqueue};
 
 fn call(client: &mut Client, line: &str) -> Reply {
-    let request = podq::control::protocol::parse_request(line.as_bytes()).unwrap();
+    let request = podq::control::parse_request(line.as_bytes()).unwrap();
     client.request(&request).unwrap()
 }
 
@@ -20,10 +18,7 @@ fn control_drives_real_workqueues() {
     let dir = tempfile::tempdir().unwrap();
     let server = ControlServer::builder()
         .path(dir.path().join("ctl.sock"))
-        .build(Arc::new(RegistryTarget::new(
-            Arc::clone(Registry::global()),
-            RuntimeDefaultScope,
-        )))
+        .build()
         .unwrap();
     let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
     // Four possible virtual CPUs (two cores of two threads), of which 0-2 are usable,
@@ -117,9 +112,9 @@ fn control_drives_real_workqueues() {
     // Stats carry the queue's own totals.
     let reply = call(&mut client, r#"{"cmd":"stats","queue":"rt_rpciod"}"#);
     let stats = &reply.stats.unwrap()[0];
-    assert_eq!(stats["name"], "rt_rpciod");
+    assert_eq!(stats.name, "rt_rpciod");
     if cfg!(feature = "stats") {
-        assert_eq!(stats["totals"]["completed"], 5);
+        assert_eq!(stats.totals.completed, 5);
     }
 
     // Hidden, then visible again.

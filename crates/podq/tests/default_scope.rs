@@ -52,3 +52,47 @@ fn default_scope_follows_live_changes() {
         "a refused change changes nothing"
     );
 }
+
+/// Run by `a_bad_environment_default_warns_once` in a child process with
+/// `PODQ_DEFAULT_AFFINITY_SCOPE=bogus`; does nothing otherwise.
+#[test]
+fn bad_env_child() {
+    if std::env::var_os("PODQ_TEST_BAD_ENV_CHILD").is_none() {
+        return;
+    }
+    let wq = Workqueue::builder("d-bad-env")
+        .topology(fake_topology(1, 1, 2, 1))
+        .scope(Scope::Cpu)
+        .build()
+        .unwrap();
+    assert_eq!(podq::default_scope(), Scope::CacheShard);
+    assert_eq!(podq::default_scope(), Scope::CacheShard);
+    assert_eq!(wq.spawn(|| 1).join().unwrap(), 1);
+    let refused = Workqueue::builder("d-bad-env-default").build();
+    assert!(matches!(refused, Err(Error::Topology(_))), "{refused:?}");
+}
+
+#[test]
+fn a_bad_environment_default_warns_once() {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "bad_env_child",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("PODQ_TEST_BAD_ENV_CHILD", "1")
+        .env("PODQ_DEFAULT_AFFINITY_SCOPE", "bogus")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "child failed: {stderr}");
+    let warnings = stderr
+        .lines()
+        .filter(|l| l.contains("PODQ_DEFAULT_AFFINITY_SCOPE") && l.contains("bogus"))
+        .count();
+    assert_eq!(
+        warnings, 1,
+        "one warning naming the variable and value:\n{stderr}"
+    );
+}

@@ -205,3 +205,39 @@ fn a_few_failures_are_absorbed_by_the_retry() {
     assert_eq!(failures, 3);
     assert_eq!(faults.hook_calls.load(SeqCst), 3);
 }
+
+#[test]
+fn a_workqueue_error_hook_replaces_the_process_wide_one() {
+    let faults = Faults::new(Duration::from_millis(20));
+    let own_calls = counter();
+    let calls = own_calls.clone();
+    let wq = Workqueue::builder("fault-own-hook")
+        .idle_timeout(Duration::from_millis(1004))
+        .error_hook(move |report| {
+            assert!(matches!(report.error, Error::Os { .. }), "{report:?}");
+            calls.fetch_add(1, SeqCst);
+        })
+        .build()
+        .unwrap();
+    fail_worker_spawns(1);
+    let runs = counter();
+    let r = runs.clone();
+    wq.spawn(move || {
+        r.fetch_add(1, SeqCst);
+    });
+    assert!(
+        flush_within(&wq, Duration::from_secs(20)),
+        "the retry ran it"
+    );
+    assert_eq!(runs.load(SeqCst), 1);
+    assert_eq!(
+        own_calls.load(SeqCst),
+        1,
+        "the workqueue's own hook was told"
+    );
+    assert_eq!(
+        faults.hook_calls.load(SeqCst),
+        0,
+        "the process-wide hook was not"
+    );
+}

@@ -1,11 +1,11 @@
-//! Replays the checked-in fuzz corpus through the control request parser: every file
-//! must parse or be refused with a message, never panic; `valid_*` files must parse and
-//! `invalid_*` files must be refused.
+//! Replays the checked-in fuzz corpus through the control server's input path: every
+//! file must frame and parse or be refused with a message, never panic; every request
+//! of a `valid_*` file must parse and some request of an `invalid_*` file must be
+//! refused.
 
 use std::path::Path;
 
-use podq::control::protocol::{parse_request, Frame, LineFramer};
-use podq::control::MAX_REQUEST_BYTES;
+use podq::control::fuzzing;
 
 #[test]
 fn corpus_replays_without_panics() {
@@ -19,19 +19,10 @@ fn corpus_replays_without_panics() {
     for path in files {
         let name = path.file_name().unwrap().to_string_lossy().into_owned();
         let bytes = std::fs::read(&path).unwrap();
-        let mut framer = LineFramer::new(MAX_REQUEST_BYTES);
-        let mut frames = framer.push(&bytes);
-        frames.extend(framer.finish());
-        let results: Vec<Result<(), String>> = frames
-            .into_iter()
-            .map(|frame| match frame {
-                Frame::Line(line) => parse_request(&line).map(drop).map_err(|e| e.to_string()),
-                Frame::TooLong => Err("too long".into()),
-            })
-            .collect();
+        let results = fuzzing::requests(&bytes);
         for result in &results {
-            if let Err(message) = result {
-                assert!(!message.is_empty(), "{name}: empty error message");
+            if let Err(e) = result {
+                assert!(!e.to_string().is_empty(), "{name}: empty error message");
             }
         }
         if name.starts_with("valid_") {
@@ -43,6 +34,20 @@ fn corpus_replays_without_panics() {
             assert!(results.iter().any(Result::is_err), "{name} was accepted");
         }
         // The whole file as one line, unframed, must not panic either.
-        let _ = parse_request(&bytes);
+        let _ = podq::control::parse_request(&bytes);
+        if let Ok(text) = std::str::from_utf8(&bytes) {
+            fuzzing::attribute_values(text);
+        }
     }
+}
+
+/// The duplicate-key request of issue 13 is in the corpus and refused.
+#[test]
+fn duplicate_keys_are_refused() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus/control_request");
+    let bytes = std::fs::read(dir.join("invalid_duplicate_cmd.json")).unwrap();
+    let results = fuzzing::requests(&bytes);
+    assert_eq!(results.len(), 1);
+    let err = results[0].as_ref().unwrap_err();
+    assert_eq!(err.to_string(), "malformed request: duplicate field `cmd`");
 }

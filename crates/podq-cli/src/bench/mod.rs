@@ -33,14 +33,7 @@ use workloads::queue::QueueParams;
 use workloads::throughput::{self, ThroughputParams};
 use workloads::{Case, RunLength, Test};
 
-/// A mistake in the command line (exit code 2), as opposed to a failure while running.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
-    UsageError(message.into()).into()
-}
+pub(crate) use crate::usage::usage;
 
 /// What to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -305,7 +298,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             .context("writing the tables to stdout")?;
     }
     outputs.write_json(&report)?;
-    outputs.write_plot(|| Ok(plot_of(&report)))?;
+    outputs.write_plot(|| plot::render(&report))?;
     outputs.keep();
     Ok(())
 }
@@ -1020,32 +1013,5 @@ fn ratio_table(report: &Report) -> String {
             &rows,
             4
         )
-    )
-}
-
-fn plot_of(report: &Report) -> String {
-    let name = |r: &RunResult| format!("{} {}", r.system, label(r));
-    let bars: Vec<plot::Bar> = report
-        .results
-        .iter()
-        .filter(|r| r.test != "latency")
-        .map(|r| plot::Bar {
-            label: format!("{} {}", r.test, name(r)),
-            value: r.items_per_sec,
-        })
-        .collect();
-    let curves: Vec<plot::Curve> = report
-        .results
-        .iter()
-        .filter(|r| r.test == "latency" || r.test == "completion")
-        .map(|r| plot::Curve::of(name(r), &r.histogram))
-        .collect();
-    plot::svg(
-        &format!(
-            "podq bench {} ({})",
-            report.workload, report.topology.description
-        ),
-        &bars,
-        &curves,
     )
 }

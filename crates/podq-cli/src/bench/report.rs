@@ -148,6 +148,23 @@ pub struct CompletionDetail {
     pub auto: Option<AutoTrace>,
     /// Every I/O accounted for, counted after the producers finished (last segment).
     pub accounting: Option<Accounting>,
+    /// When this segment started, seconds since the run's start (0 without `--toggle`).
+    pub start_s: f64,
+    /// The first round's time series over this segment (`--duration` runs only): MB/s
+    /// and idle shares per interval of about a hundredth of the run.
+    pub timeline: Vec<TimelinePoint>,
+}
+
+/// One interval of a `completion` run's time series.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct TimelinePoint {
+    /// End of the interval, seconds since the run's start.
+    pub t: f64,
+    /// MB/s over the interval.
+    pub mb_per_sec: f64,
+    /// Idle share (0..1) per NUMA node over the interval; per real CPU on a fake
+    /// topology, whose nodes share real CPUs (as `idle_per_node`/`idle_per_cpu`).
+    pub idle: Vec<f64>,
 }
 
 /// What `rpciod`'s `auto` controller did over a segment.
@@ -186,7 +203,8 @@ impl Accounting {
 }
 
 impl CompletionDetail {
-    /// Folds in another run of `other_seconds`; this one lasted `seconds`.
+    /// Folds in another run of `other_seconds`; this one lasted `seconds`. The
+    /// timeline stays this run's.
     pub fn merge(&mut self, other: CompletionDetail, seconds: f64, other_seconds: f64) {
         let total = (seconds + other_seconds).max(f64::MIN_POSITIVE);
         let weigh = |a: f64, b: f64| (a * seconds + b * other_seconds) / total;

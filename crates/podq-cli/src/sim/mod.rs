@@ -81,6 +81,9 @@ pub struct SimArgs {
     /// Items per producer per run, instead of a duration.
     #[arg(long)]
     pub items: Option<u64>,
+    /// Virtual time simulated before measuring, with --duration.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
+    pub warmup: Duration,
     /// `queue`, `throughput`: producers [default: one per CPU].
     #[arg(long)]
     pub producers: Option<usize>,
@@ -140,7 +143,7 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Run each parameter at x0.5 and x2 for every configuration and report how
-    /// items/s moves (the sensitivity sweep).
+    /// items/s moves (the sensitivity sweep), next to the change two other seeds give.
     #[arg(long)]
     pub sensitivity: bool,
     /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
@@ -255,10 +258,11 @@ fn validate(args: &SimArgs) -> Result<()> {
         if d.is_zero() {
             return Err(usage("--duration must be longer than zero"));
         }
-        if d.as_nanos() > u128::from(podq_sim::MAX_VIRTUAL_NS) {
+        if (d + args.warmup).as_nanos() > u128::from(podq_sim::MAX_VIRTUAL_NS) {
             return Err(usage(format!(
-                "--duration {}: a simulated run lasts at most {} s of virtual time",
+                "--duration {} with --warmup {}: a simulated run lasts at most {} s of virtual time",
                 humantime::format_duration(d),
+                humantime::format_duration(args.warmup),
                 podq_sim::MAX_VIRTUAL_NS / 1_000_000_000
             )));
         }
@@ -501,6 +505,7 @@ fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
                             ..QueueSpec::new(name, scope, s)
                         },
                         length,
+                        warmup: ns(args.warmup),
                         seed: args.seed,
                     },
                 });
@@ -564,7 +569,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let cases = cases(args, &setup.topology)?;
     if args.sensitivity {
-        let progress = progress_bar(args, (cases.len() * (1 + 2 * cost::PARAMS.len())) as u64);
+        let progress = progress_bar(args, (cases.len() * (3 + 2 * cost::PARAMS.len())) as u64);
         let text = sweep::run(&cases, &setup, &progress)?;
         progress.finish_and_clear();
         print!("{text}");
@@ -591,7 +596,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
         None => print!("{text}"),
     }
     if let Some(path) = &args.plot {
-        std::fs::write(path, output::plot(&setup, &report))
+        std::fs::write(path, output::plot(report)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

@@ -172,6 +172,12 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
             placement: None,
             auto: None,
             accounting: None,
+            start_s: done.output.segments[..index]
+                .iter()
+                .map(|s| s.seconds)
+                .sum(),
+            // The simulator keeps per-segment totals only; no time series within one.
+            timeline: Vec::new(),
         }
     });
     let throughput = matches!(w, Workload::Throughput { .. }).then(|| ThroughputDetail {
@@ -280,6 +286,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "seed": args.seed,
         "duration": args.duration.map(d),
         "items": args.items,
+        "warmup": d(args.warmup),
         "scopes": args.scopes,
         "strict": format!("{:?}", args.strict).to_lowercase(),
         "producers": args.producers,
@@ -562,30 +569,18 @@ auto: switches at virtual times
     out
 }
 
-/// The SVG plot: throughput bars and latency CDFs.
-pub fn plot(setup: &Setup, report: &SimReport) -> String {
-    let name = |r: &RunResult| format!("{} {}", r.test, label(r));
-    let bars: Vec<plot::Bar> = report
-        .results
-        .iter()
-        .filter(|r| r.run.test != "latency")
-        .map(|r| plot::Bar {
-            label: name(&r.run),
-            value: r.run.items_per_sec,
-        })
-        .collect();
-    let curves: Vec<plot::Curve> = report
-        .results
-        .iter()
-        .filter(|r| r.run.test != "queue")
-        .map(|r| plot::Curve::of(name(&r.run), &r.run.histogram))
-        .collect();
-    plot::svg(
-        &format!(
-            "podq sim {} ({}, {})",
-            report.workload, setup.machine.name, report.topology.description
-        ),
-        &bars,
-        &curves,
-    )
+/// The SVG plot, drawn as `podq bench` draws its reports.
+pub fn plot(report: SimReport) -> anyhow::Result<String> {
+    let title = format!("podq sim {}", report.workload);
+    let report = report::Report {
+        schema_version: report.schema_version,
+        workload: report.workload,
+        command: report.command,
+        topology: report.topology,
+        settings: report.settings,
+        results: report.results.into_iter().map(|r| r.run).collect(),
+        ratios: Vec::new(),
+        warnings: Vec::new(),
+    };
+    plot::render_titled(&report, &title)
 }

@@ -30,6 +30,17 @@ pub fn run(cases: &[Case], setup: &Setup, progress: &ProgressBar) -> Result<Stri
     for case in cases {
         let base = metric(case, setup, &setup.params)?;
         progress.inc(1);
+        // The noise floor: the same run with the next seeds.
+        let mut reseeded = Case {
+            spec: case.spec.clone(),
+        };
+        let mut noise = Vec::new();
+        for k in 1..=2 {
+            reseeded.spec.seed = case.spec.seed.wrapping_add(k);
+            noise
+                .push(metric(&reseeded, setup, &setup.params)? / base.max(f64::MIN_POSITIVE) - 1.0);
+            progress.inc(1);
+        }
         let mut rows: Vec<(f64, Vec<String>)> = Vec::new();
         for p in PARAMS {
             let value = setup.params.get(p.name).unwrap_or(0.0);

@@ -26,7 +26,7 @@ use std::str::FromStr;
 
 use crate::topology::{CpuSet, Scope};
 
-use crate::Error;
+use super::ControlError as Error;
 
 /// The kernel's `WQ_MAX_ACTIVE`: the largest `max_active`; larger writes are clamped.
 pub const MAX_ACTIVE_LIMIT: usize = 2048;
@@ -102,9 +102,9 @@ pub enum AttrValue {
     AffinityStrict(bool),
     /// A new `cpumask` (never empty).
     Cpumask(CpuSet),
-    /// A new `max_active`, already clamped to [1, [`MAX_ACTIVE_LIMIT`]].
+    /// A new `max_active`, already clamped to [1, 2048].
     MaxActive(usize),
-    /// A new `nice`, in [[`MIN_NICE`], [`MAX_NICE`]].
+    /// A new `nice`, in [-20, 19].
     Nice(i32),
 }
 

@@ -3,9 +3,41 @@
 
 use std::sync::Mutex;
 
-use super::{AttrValue, ControlTarget, QueueAttrs, QueueInfo};
+use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
+use crate::stats::{Totals, WorkqueueStats};
 use crate::topology::{CpuSet, Scope};
-use crate::Error;
+use crate::Attrs;
+
+/// A cause given as plain text (a target's refusal).
+#[derive(Debug)]
+pub(crate) struct Reason(pub(crate) String);
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Reason {}
+
+/// A stats snapshot with the queue's attributes and no pools.
+pub(crate) fn stats_of(name: &str, a: &QueueAttrs) -> WorkqueueStats {
+    WorkqueueStats {
+        name: name.to_owned(),
+        attrs: Attrs {
+            scope: a.scope,
+            strict: a.strict,
+            cpumask: a.cpumask.clone(),
+            nice: a.nice,
+            max_active: a.max_active,
+            ordered: a.ordered,
+        },
+        effective_scope: a.effective_scope,
+        auto: None,
+        totals: Totals::default(),
+        pools: Vec::new(),
+    }
+}
 
 /// Lock-guarded state (L: the mutex).
 struct State {
@@ -63,13 +95,13 @@ impl ControlTarget for MockTarget {
             .collect()
     }
 
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error> {
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {
         let mut state = self.state.lock().unwrap();
         let q = state
             .queues
             .iter_mut()
             .find(|q| q.name == queue)
-            .ok_or_else(|| Error::UnknownQueue {
+            .ok_or_else(|| ControlError::UnknownQueue {
                 name: queue.to_owned(),
             })?;
         let a = &mut q.attrs;
@@ -79,9 +111,9 @@ impl ControlTarget for MockTarget {
             AttrValue::Cpumask(m) => a.cpumask = m,
             AttrValue::MaxActive(m) => a.max_active = m,
             AttrValue::Nice(-7) => {
-                return Err(Error::Rejected {
+                return Err(ControlError::Rejected {
                     what: format!("nice of {queue}"),
-                    reason: "the mock refuses -7".into(),
+                    source: Box::new(Reason("the mock refuses -7".into())),
                 })
             }
             AttrValue::Nice(n) => a.nice = n,
@@ -93,17 +125,17 @@ impl ControlTarget for MockTarget {
         self.state.lock().unwrap().default_scope
     }
 
-    fn set_default_scope(&self, scope: Scope) -> Result<(), Error> {
+    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
         self.state.lock().unwrap().default_scope = scope;
         Ok(())
     }
 
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error> {
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<WorkqueueStats>, ControlError> {
         Ok(self
             .queues()
             .iter()
             .filter(|q| queue.map_or(true, |n| n == q.name))
-            .map(|q| serde_json::json!({ "name": q.name, "pools": [] }))
+            .map(|q| stats_of(&q.name, &q.attrs))
             .collect())
     }
 }

@@ -3,149 +3,64 @@
 //! the workqueues that opted in, reads and writes their attributes with the kernel's
 //! sysfs value strings, changes the process-wide default scope and reads stats.
 //!
-//! The protocol, the socket path rules and the access rules are in this module's
-//! `README.md`. The server is written against [`ControlTarget`], so it does not care
-//! what it controls; [`dispatch`] is the whole request → reply logic.
+//! A service makes its workqueues visible and keeps the server's guard alive:
+//!
+//! ```no_run
+//! let rpciod = podq::Workqueue::builder("rpciod").build()?;
+//! rpciod.expose()?; // visible as `rpciod` (the kernel's WQ_SYSFS)
+//! let _server = podq::control::start()?; // serves until dropped
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! and a client talks to it with [`Client`]:
+//!
+//! ```no_run
+//! use podq::control::{Client, Request};
+//! use std::time::Duration;
+//!
+//! let mut client = Client::connect_to_pid(1234, Duration::from_secs(10))?;
+//! for queue in client.call(&Request::List)?.queues.unwrap_or_default() {
+//!     println!("{} {}", queue.name, queue.affinity_scope);
+//! }
+//! # Ok::<(), podq::control::ControlError>(())
+//! ```
+//!
+//! The protocol, the socket path rules, the access rules and the server's limits are in
+//! this module's `README.md`. Built with the `control` feature (on by default).
 
-pub mod attr;
+mod attr;
 mod client;
-pub mod protocol;
+mod connection;
+mod error;
+mod framer;
+#[cfg(feature = "test-util")]
+pub mod fuzzing;
+mod protocol;
 mod registry;
 mod runtime;
 mod server;
+mod socket;
+mod target;
+mod untrusted;
 
-use std::sync::Arc;
-
-use crate::topology::Scope;
-use crate::Error;
-
-pub use attr::{Attr, AttrValue, QueueAttrs};
-pub use client::Client;
-pub use protocol::{QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
-pub use registry::{ControlledQueue, DefaultScope, Registry, RegistryTarget};
-pub use runtime::{start, RuntimeDefaultScope};
-pub use server::{
-    peer_allowed, peer_credentials, socket_candidates_for_pid, socket_path_for_pid, ControlServer,
-    ControlServerBuilder, PeerCredentials,
-};
-
-/// Starts the control server on the default socket path (see the README), serving the
-/// workqueues in [`Registry::global`] and `defaults` for the process default scope.
-pub fn start_with<D: DefaultScope + 'static>(defaults: D) -> Result<ControlServer, Error> {
-    ControlServer::builder().build(Arc::new(RegistryTarget::new(
-        Arc::clone(Registry::global()),
-        defaults,
-    )))
-}
-
-/// One visible workqueue: its name and requested attributes.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct QueueInfo {
-    /// The name it was registered under.
-    pub name: String,
-    /// Its attributes.
-    pub attrs: QueueAttrs,
-    /// The highest possible CPU of its topology plus one: the width of its cpumask
-    /// values (a queue on a synthetic topology has its own CPU numbering).
-    pub nr_cpu_ids: usize,
-}
-
-/// What the control server controls: the workqueues that opted in, and the process-wide
-/// default scope. Implementations must be cheap to call from several threads at once;
-/// they never see unparsed text — values arrive already validated as [`AttrValue`].
-pub trait ControlTarget: Send + Sync {
-    /// The visible workqueues, sorted by name.
-    fn queues(&self) -> Vec<QueueInfo>;
-
-    /// One visible workqueue by name.
-    fn queue(&self, name: &str) -> Option<QueueInfo> {
-        self.queues().into_iter().find(|q| q.name == name)
-    }
-
-    /// Applies one attribute to a workqueue. Errors: [`Error::UnknownQueue`],
-    /// [`Error::Rejected`] with the runtime's reason.
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error>;
-
-    /// The process-wide default scope (never `Default`).
-    fn default_scope(&self) -> Scope;
-
-    /// Changes the process-wide default scope; workqueues on `default` follow it.
-    /// `scope` is never `Default` (the server refuses it before calling).
-    fn set_default_scope(&self, scope: Scope) -> Result<(), Error>;
-
-    /// Stats snapshots as JSON objects, each with at least a `name`: of every visible
-    /// workqueue, or of the one named.
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error>;
-
-    /// Re-reads the usable CPUs and re-pods live workqueues; returns the usable CPUs.
-    /// By default the process's own [`crate::topology::refresh`].
-    fn refresh(&self) -> Result<crate::topology::CpuSet, Error> {
-        crate::topology::refresh().map(|r| r.usable)
-    }
-}
-
-/// Answers one request against `target`. Never panics on any request; every failure is
-/// an error reply.
-pub fn dispatch(target: &dyn ControlTarget, request: Request) -> Reply {
-    match try_dispatch(target, request) {
-        Ok(reply) => reply,
-        Err(e) => Reply::error(e.to_string()),
-    }
-}
-
-fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, Error> {
-    let find = |name: &str| {
-        target.queue(name).ok_or_else(|| Error::UnknownQueue {
-            name: name.to_owned(),
-        })
-    };
-    match request {
-        Request::List => Ok(Reply::queues(
-            target.queues().iter().map(QueueSummary::new).collect(),
-        )),
-        Request::Get { queue, attr } => {
-            let attr: Attr = attr.parse()?;
-            let info = find(&queue)?;
-            Ok(Reply::value(attr::format_value(
-                attr,
-                &info.attrs,
-                info.nr_cpu_ids,
-            )))
-        }
-        Request::Set { queue, attr, value } => {
-            let attr: Attr = attr.parse()?;
-            let info = find(&queue)?;
-            let parsed = attr::parse_value(attr, &value, info.nr_cpu_ids)?;
-            if attr == Attr::MaxActive && info.attrs.ordered {
-                return Err(Error::ReadOnly {
-                    queue,
-                    attr,
-                    reason: "the workqueue is ordered",
-                });
-            }
-            target.set_attr(&queue, parsed)?;
-            let now = find(&queue)?;
-            Ok(Reply::value(attr::format_value(
-                attr,
-                &now.attrs,
-                now.nr_cpu_ids,
-            )))
-        }
-        Request::GetDefaultScope => Ok(Reply::value(target.default_scope().name().to_owned())),
-        Request::SetDefaultScope { value } => {
-            let scope = attr::parse_default_scope(&value)?;
-            target.set_default_scope(scope)?;
-            Ok(Reply::value(target.default_scope().name().to_owned()))
-        }
-        Request::Refresh => Ok(Reply::value(target.refresh()?.to_list())),
-        Request::Stats { queue } => {
-            if let Some(name) = &queue {
-                find(name)?;
-            }
-            Ok(Reply::stats(target.stats(queue.as_deref())?))
-        }
-    }
-}
+pub use attr::Attr;
+#[cfg(feature = "test-util")]
+pub use attr::{AttrValue, QueueAttrs};
+#[cfg(not(feature = "test-util"))]
+pub(crate) use attr::{AttrValue, QueueAttrs};
+pub use client::{Client, MAX_REPLY_BYTES};
+pub use error::{Cause, ControlError};
+pub use protocol::{parse_request, QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
+pub(crate) use registry::{ControlledQueue, Registry};
+pub use runtime::start;
+pub use server::{ControlServer, ControlServerBuilder};
+pub use socket::{socket_path_for_pid, PeerCredentials};
+pub(crate) use target::dispatch;
+#[cfg(not(feature = "test-util"))]
+pub(crate) use target::{ControlTarget, QueueInfo};
+#[cfg(feature = "test-util")]
+pub use target::{ControlTarget, QueueInfo};
+pub use untrusted::escape_controls;
 
 #[cfg(test)]
 pub(crate) mod mock;
@@ -154,7 +69,7 @@ pub(crate) mod mock;
 mod tests {
     use super::mock::MockTarget;
     use super::*;
-    use crate::topology::CpuSet;
+    use crate::topology::{CpuSet, Scope};
 
     fn req(line: &str) -> Reply {
         let target = MockTarget::new();
@@ -267,7 +182,7 @@ mod tests {
         let reply = req(r#"{"cmd":"stats","queue":"rpciod"}"#);
         let stats = reply.stats.unwrap();
         assert_eq!(stats.len(), 1);
-        assert_eq!(stats[0]["name"], "rpciod");
+        assert_eq!(stats[0].name, "rpciod");
         assert_eq!(req(r#"{"cmd":"stats"}"#).stats.unwrap().len(), 3);
     }
 }
@@ -292,7 +207,7 @@ mod readme_tests {
                 let sent = request.take().expect("a `<` line follows a `>` line");
                 let reply = match protocol::parse_request(sent.as_bytes()) {
                     Ok(r) => dispatch(&target, r),
-                    Err(e) => Reply::error(e.to_string()),
+                    Err(e) => Reply::error(error::chain_text(&e)),
                 };
                 assert_eq!(reply.to_line().trim_end(), expected, "reply to {sent}");
                 pairs += 1;

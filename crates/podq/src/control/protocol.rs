@@ -1,13 +1,17 @@
 //! The wire protocol: one JSON object per line each way. Requests are bounded to
-//! [`MAX_REQUEST_BYTES`]; [`LineFramer`] splits a byte stream into request lines without
-//! ever holding more than that, and [`parse_request`] turns a line into a [`Request`] or
-//! an error naming what was wrong. Both are pure and never panic on any input.
+//! [`MAX_REQUEST_BYTES`]; [`parse_request`] turns a line into a [`Request`] or an error
+//! naming what was wrong, and never panics on any input. [`Request`] and [`Reply`] are
+//! the whole vocabulary, for `podq ctl` and for any other client.
 
-use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::fmt;
+
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::attr::{self, Attr};
-use super::QueueInfo;
-use crate::Error;
+use super::{ControlError, QueueInfo};
+use crate::stats::WorkqueueStats;
 
 /// The longest request line accepted, without its newline. Requests are a few dozen
 /// bytes; the bound keeps a misbehaving client from making the server buffer without end.
@@ -16,6 +20,7 @@ pub const MAX_REQUEST_BYTES: usize = 4096;
 /// A request, as `{"cmd": "<name>", ...}`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "cmd", rename_all = "snake_case")]
+#[non_exhaustive]
 pub enum Request {
     /// `{"cmd":"list"}`: every visible workqueue with its attributes.
     List,
@@ -65,6 +70,7 @@ impl Request {
 
 /// A workqueue in a `list` reply: every attribute as its sysfs value string.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct QueueSummary {
     /// The workqueue's name.
     pub name: String,
@@ -84,7 +90,7 @@ pub struct QueueSummary {
 
 impl QueueSummary {
     /// The summary of `info`.
-    pub fn new(info: &QueueInfo) -> QueueSummary {
+    pub(crate) fn new(info: &QueueInfo) -> QueueSummary {
         let value = |a: Attr| attr::format_value(a, &info.attrs, info.nr_cpu_ids);
         QueueSummary {
             name: info.name.clone(),
@@ -96,29 +102,24 @@ impl QueueSummary {
             ordered: info.attrs.ordered,
         }
     }
-
-    /// The value string of one attribute.
-    pub fn get(&self, attr: Attr) -> &str {
-        match attr {
-            Attr::AffinityScope => &self.affinity_scope,
-            Attr::AffinityStrict => &self.affinity_strict,
-            Attr::Cpumask => &self.cpumask,
-            Attr::MaxActive => &self.max_active,
-            Attr::Nice => &self.nice,
-        }
-    }
 }
 
 /// A reply: `{"ok":true, ...}` with exactly one payload field for the request's kind,
-/// or `{"ok":false,"error":"..."}`.
+/// or `{"ok":false,"error":"..."}`. `"closing":true` marks the server's last line on
+/// the connection (idle, evicted, refused, stopping): the request sent after the last
+/// answered one was not acted on, and a new connection may send it again.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Reply {
     /// Whether the request succeeded.
     pub ok: bool,
     /// What went wrong (only when `ok` is false).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The server closes the connection after this line.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub closing: bool,
     /// The workqueues (`list`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queues: Option<Vec<QueueSummary>>,
@@ -127,7 +128,7 @@ pub struct Reply {
     pub value: Option<String>,
     /// Stats snapshots (`stats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub stats: Option<Vec<serde_json::Value>>,
+    pub stats: Option<Vec<WorkqueueStats>>,
 }
 
 impl Reply {
@@ -139,8 +140,16 @@ impl Reply {
         }
     }
 
+    /// The server's last line on a connection: an error reply saying why it closes.
+    pub(crate) fn closing_notice(message: String) -> Reply {
+        Reply {
+            closing: true,
+            ..Reply::error(message)
+        }
+    }
+
     /// A `list` reply.
-    pub fn queues(queues: Vec<QueueSummary>) -> Reply {
+    pub(crate) fn queues(queues: Vec<QueueSummary>) -> Reply {
         Reply {
             ok: true,
             queues: Some(queues),
@@ -158,7 +167,7 @@ impl Reply {
     }
 
     /// A `stats` reply.
-    pub fn stats(stats: Vec<serde_json::Value>) -> Reply {
+    pub(crate) fn stats(stats: Vec<WorkqueueStats>) -> Reply {
         Reply {
             ok: true,
             stats: Some(stats),
@@ -183,27 +192,53 @@ impl Reply {
     }
 
     /// Parses a reply line.
-    pub fn from_line(line: &str) -> Result<Reply, Error> {
-        serde_json::from_str(line).map_err(|e| Error::BadReply(format!("{e}: `{line}`")))
+    pub fn from_line(line: &str) -> Result<Reply, serde_json::Error> {
+        serde_json::from_str(line)
+    }
+}
+
+/// A JSON object's members in order, duplicates kept, so that they can be refused:
+/// `serde_json`'s own map keeps the last of two equal keys without a word.
+struct Members(Vec<(String, serde_json::Value)>);
+
+impl<'de> Deserialize<'de> for Members {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct MembersVisitor;
+        impl<'de> Visitor<'de> for MembersVisitor {
+            type Value = Members;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object such as {\"cmd\":\"list\"}")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Members, A::Error> {
+                let mut members = Vec::new();
+                while let Some(member) = map.next_entry()? {
+                    members.push(member);
+                }
+                Ok(Members(members))
+            }
+        }
+        deserializer.deserialize_map(MembersVisitor)
     }
 }
 
 /// Parses one request line (without its newline).
-pub fn parse_request(line: &[u8]) -> Result<Request, Error> {
+pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
     if line.len() > MAX_REQUEST_BYTES {
-        return Err(Error::TooLarge {
+        return Err(ControlError::TooLarge {
             limit: MAX_REQUEST_BYTES,
         });
     }
-    let bad = |reason: String| Error::BadRequest(reason);
-    let value: serde_json::Value = serde_json::from_slice(line).map_err(|e| bad(e.to_string()))?;
-    let object = value
-        .as_object()
-        .ok_or_else(|| bad("expected a JSON object such as {\"cmd\":\"list\"}".into()))?;
+    let malformed = |source| ControlError::Malformed { source };
+    let Members(members) = serde_json::from_slice(line).map_err(malformed)?;
+    let mut seen = HashSet::new();
+    if let Some((key, _)) = members.iter().find(|(key, _)| !seen.insert(key.as_str())) {
+        return Err(ControlError::DuplicateField { field: key.clone() });
+    }
+    let object: serde_json::Map<String, serde_json::Value> = members.into_iter().collect();
     // serde's `deny_unknown_fields` does not reach unit variants of a tagged enum, so
     // extra fields are checked here: a misspelt `queue` must not be silently ignored.
     let fields: Option<&[&str]> = match object.get("cmd").and_then(serde_json::Value::as_str) {
-        Some("list" | "get_default_scope") => Some(&[]),
+        Some("list" | "get_default_scope" | "refresh") => Some(&[]),
         Some("get") => Some(&["queue", "attr"]),
         Some("set") => Some(&["queue", "attr", "value"]),
         Some("set_default_scope") => Some(&["value"]),
@@ -216,90 +251,12 @@ pub fn parse_request(line: &[u8]) -> Result<Request, Error> {
             .keys()
             .find(|k| *k != "cmd" && !fields.contains(&k.as_str()))
         {
-            return Err(bad(format!("unknown field `{extra}`")));
+            return Err(ControlError::UnknownField {
+                field: extra.clone(),
+            });
         }
     }
-    serde_json::from_value(value).map_err(|e| bad(e.to_string()))
-}
-
-/// One unit cut from the byte stream by [`LineFramer`].
-#[derive(Debug, PartialEq, Eq)]
-pub enum Frame {
-    /// A complete line, without its newline; never longer than the limit.
-    Line(Vec<u8>),
-    /// A line that exceeded the limit; its bytes were dropped.
-    TooLong,
-}
-
-/// Splits a byte stream into lines, holding at most `limit` bytes: an over-long line is
-/// dropped as it arrives and reported as [`Frame::TooLong`] when its newline comes, so
-/// the next line is read normally. Blank lines are skipped.
-#[derive(Debug)]
-pub struct LineFramer {
-    /// The current line so far (empty while dropping an over-long line).
-    buf: Vec<u8>,
-    /// Whether the current line already exceeded `limit`.
-    overflowed: bool,
-    /// The longest line accepted.
-    limit: usize,
-}
-
-impl LineFramer {
-    /// A framer accepting lines of at most `limit` bytes.
-    pub fn new(limit: usize) -> LineFramer {
-        LineFramer {
-            buf: Vec::new(),
-            overflowed: false,
-            limit,
-        }
-    }
-
-    /// Whether a line has started and not yet ended.
-    pub fn in_line(&self) -> bool {
-        self.overflowed || !self.buf.is_empty()
-    }
-
-    /// Feeds bytes; returns the frames they complete.
-    pub fn push(&mut self, bytes: &[u8]) -> Vec<Frame> {
-        let mut frames = Vec::new();
-        for piece in bytes.split_inclusive(|&b| b == b'\n') {
-            let (data, complete) = match piece.split_last() {
-                Some((b'\n', data)) => (data, true),
-                _ => (piece, false),
-            };
-            if !self.overflowed {
-                if self.buf.len() + data.len() > self.limit {
-                    self.overflowed = true;
-                    self.buf = Vec::new();
-                } else {
-                    self.buf.extend_from_slice(data);
-                }
-            }
-            if complete {
-                if let Some(frame) = self.take() {
-                    frames.push(frame);
-                }
-            }
-        }
-        frames
-    }
-
-    /// Ends the stream: a last line without a newline still counts.
-    pub fn finish(&mut self) -> Option<Frame> {
-        self.take()
-    }
-
-    fn take(&mut self) -> Option<Frame> {
-        let frame = if std::mem::take(&mut self.overflowed) {
-            Some(Frame::TooLong)
-        } else if self.buf.iter().all(u8::is_ascii_whitespace) {
-            None
-        } else {
-            Some(Frame::Line(std::mem::take(&mut self.buf)))
-        };
-        self.buf.clear();
-        frame
-    }
+    serde_json::from_value(serde_json::Value::Object(object)).map_err(malformed)
 }
 
 #[cfg(test)]
@@ -353,7 +310,7 @@ mod tests {
             Reply::error("unknown workqueue `x`".into()),
             Reply::value("default (cache_shard)".into()),
             Reply::queues(vec![]),
-            Reply::stats(vec![serde_json::json!({"name": "a", "pools": []})]),
+            Reply::closing_notice("closing idle connection after 60 s".into()),
         ] {
             let line = reply.to_line();
             assert_eq!(Reply::from_line(line.trim_end()).unwrap(), reply);
@@ -362,7 +319,12 @@ mod tests {
             Reply::error("boom".into()).to_line(),
             "{\"ok\":false,\"error\":\"boom\"}\n"
         );
+        assert_eq!(
+            Reply::closing_notice("bye".into()).to_line(),
+            "{\"ok\":false,\"error\":\"bye\",\"closing\":true}\n"
+        );
         assert!(Reply::from_line("nope").is_err());
+        assert!(Reply::from_line(r#"{"ok":true,"surprise":1}"#).is_err());
     }
 
     #[test]
@@ -377,9 +339,18 @@ mod tests {
             (br#"{"cmd":7}"#, "malformed request"),
             (br#"{"queue":"a"}"#, "missing field `cmd`"),
             (b"\xff\xfe", "malformed request"),
-            (br#"["list"]"#, "malformed request"),
+            (br#"["list"]"#, "expected a JSON object"),
+            (br#"{"cmd":"refresh","queue":"a"}"#, "unknown field `queue`"),
+            (
+                br#"{"cmd":"list","cmd":"refresh"}"#,
+                "malformed request: duplicate field `cmd`",
+            ),
+            (
+                br#"{"cmd":"get","queue":"a","attr":"nice","queue":"b"}"#,
+                "duplicate field `queue`",
+            ),
         ] {
-            let err = parse_request(line).unwrap_err().to_string();
+            let err = super::super::error::chain_text(&parse_request(line).unwrap_err());
             assert!(
                 err.contains(needle),
                 "{:?}: {err}",
@@ -387,30 +358,10 @@ mod tests {
             );
         }
         let big = vec![b' '; MAX_REQUEST_BYTES + 1];
-        assert!(matches!(parse_request(&big), Err(Error::TooLarge { .. })));
-    }
-
-    #[test]
-    fn framer_bounds_lines() {
-        let mut f = LineFramer::new(8);
-        assert_eq!(f.push(b"abc\n\n  \nde"), vec![Frame::Line(b"abc".to_vec())]);
-        assert!(f.in_line());
-        assert_eq!(f.push(b"f\n"), vec![Frame::Line(b"def".to_vec())]);
-        assert!(!f.in_line());
-        assert_eq!(f.push(b"0123456"), vec![]);
-        assert_eq!(f.push(b"789abc"), vec![]);
-        assert!(f.buf.is_empty(), "over-long bytes are not kept");
-        assert_eq!(
-            f.push(b"def\nok\n"),
-            vec![Frame::TooLong, Frame::Line(b"ok".to_vec())]
-        );
-        assert_eq!(
-            f.push(b"12345678\n"),
-            vec![Frame::Line(b"12345678".to_vec())]
-        );
-        assert_eq!(f.push(b"tail"), vec![]);
-        assert_eq!(f.finish(), Some(Frame::Line(b"tail".to_vec())));
-        assert_eq!(f.finish(), None);
+        assert!(matches!(
+            parse_request(&big),
+            Err(ControlError::TooLarge { .. })
+        ));
     }
 
     proptest! {
@@ -419,32 +370,6 @@ mod tests {
             if let Err(e) = parse_request(&bytes) {
                 prop_assert!(!e.to_string().is_empty());
             }
-        }
-
-        #[test]
-        fn framer_matches_split(chunks in proptest::collection::vec(
-            proptest::collection::vec(prop_oneof![Just(b'\n'), Just(b'a'), Just(b' ')], 0..30), 0..10)) {
-            let limit = 6;
-            let mut f = LineFramer::new(limit);
-            let mut got = Vec::new();
-            for c in &chunks {
-                got.extend(f.push(c));
-            }
-            got.extend(f.finish());
-            let all: Vec<u8> = chunks.concat();
-            let want: Vec<Frame> = all
-                .split(|&b| b == b'\n')
-                .filter_map(|l| {
-                    if l.len() > limit {
-                        Some(Frame::TooLong)
-                    } else if l.iter().all(u8::is_ascii_whitespace) {
-                        None
-                    } else {
-                        Some(Frame::Line(l.to_vec()))
-                    }
-                })
-                .collect();
-            prop_assert_eq!(got, want);
         }
     }
 }

@@ -8,34 +8,34 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
 
-use super::{AttrValue, ControlTarget, QueueAttrs, QueueInfo};
+use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
+use crate::stats::WorkqueueStats;
 use crate::topology::Scope;
-use crate::Error;
 
 /// A workqueue as the control plane drives it; the runtime implements this for its
 /// shared workqueue state.
-pub trait ControlledQueue: Send + Sync {
+pub(crate) trait ControlledQueue: Send + Sync {
     /// The requested attributes, with `effective_scope` resolved.
     fn attrs(&self) -> QueueAttrs;
     /// The highest possible CPU of the queue's topology plus one.
     fn nr_cpu_ids(&self) -> usize;
-    /// Applies one attribute; a refusal is [`Error::Rejected`] with the reason.
-    fn apply(&self, value: AttrValue) -> Result<(), Error>;
-    /// The stats snapshot as a JSON object with a `name`.
-    fn stats(&self) -> serde_json::Value;
+    /// Applies one attribute; a refusal is [`ControlError::Rejected`] with the reason.
+    fn apply(&self, value: AttrValue) -> Result<(), ControlError>;
+    /// The stats snapshot.
+    fn stats(&self) -> WorkqueueStats;
 }
 
 /// The process-wide default scope, as the control plane reads and changes it.
-pub trait DefaultScope: Send + Sync {
+pub(crate) trait DefaultScope: Send + Sync {
     /// The current default (never `Default`).
     fn get(&self) -> Scope;
     /// Changes it; queues on `default` follow.
-    fn set(&self, scope: Scope) -> Result<(), Error>;
+    fn set(&self, scope: Scope) -> Result<(), ControlError>;
 }
 
 /// The visible workqueues of a process, by name.
 #[derive(Default)]
-pub struct Registry {
+pub(crate) struct Registry {
     /// L: name → queue; entries whose queue is gone are pruned on the next access.
     entries: Mutex<BTreeMap<String, Weak<dyn ControlledQueue>>>,
 }
@@ -49,8 +49,8 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
-    /// The process's registry, which [`start_with`](super::start_with) serves.
-    pub fn global() -> &'static Arc<Registry> {
+    /// The process's registry, which the control server serves.
+    pub(crate) fn global() -> &'static Arc<Registry> {
         static GLOBAL: OnceLock<Arc<Registry>> = OnceLock::new();
         GLOBAL.get_or_init(Arc::default)
     }
@@ -58,11 +58,15 @@ impl Registry {
     /// Makes `queue` visible as `name`. A live queue already holding the name keeps it
     /// and this one is refused, as the kernel refuses a second `WQ_SYSFS` device of the
     /// same name.
-    pub fn register(&self, name: &str, queue: Weak<dyn ControlledQueue>) -> Result<(), Error> {
+    pub(crate) fn register(
+        &self,
+        name: &str,
+        queue: Weak<dyn ControlledQueue>,
+    ) -> Result<(), ControlError> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         entries.retain(|_, q| q.strong_count() > 0);
         if entries.contains_key(name) {
-            return Err(Error::NameTaken {
+            return Err(ControlError::NameTaken {
                 name: name.to_owned(),
             });
         }
@@ -71,7 +75,7 @@ impl Registry {
     }
 
     /// Hides the queue registered as `name` (a no-op if there is none).
-    pub fn unregister(&self, name: &str) {
+    pub(crate) fn unregister(&self, name: &str) {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -88,13 +92,13 @@ impl Registry {
             .collect()
     }
 
-    fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, Error> {
+    fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, ControlError> {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(name)
             .and_then(Weak::upgrade)
-            .ok_or_else(|| Error::UnknownQueue {
+            .ok_or_else(|| ControlError::UnknownQueue {
                 name: name.to_owned(),
             })
     }
@@ -102,14 +106,14 @@ impl Registry {
 
 /// A [`ControlTarget`] over a registry and the process default scope.
 #[derive(Debug)]
-pub struct RegistryTarget<D> {
+pub(crate) struct RegistryTarget<D> {
     registry: Arc<Registry>,
     defaults: D,
 }
 
 impl<D: DefaultScope> RegistryTarget<D> {
     /// Serves the queues of `registry`, and `defaults` for the default scope.
-    pub fn new(registry: Arc<Registry>, defaults: D) -> Self {
+    pub(crate) fn new(registry: Arc<Registry>, defaults: D) -> Self {
         RegistryTarget { registry, defaults }
     }
 }
@@ -136,7 +140,7 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
         Some(info(name.to_owned(), &*q))
     }
 
-    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), Error> {
+    fn set_attr(&self, queue: &str, value: AttrValue) -> Result<(), ControlError> {
         self.registry.get(queue)?.apply(value)
     }
 
@@ -144,11 +148,11 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
         self.defaults.get()
     }
 
-    fn set_default_scope(&self, scope: Scope) -> Result<(), Error> {
+    fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
         self.defaults.set(scope)
     }
 
-    fn stats(&self, queue: Option<&str>) -> Result<Vec<serde_json::Value>, Error> {
+    fn stats(&self, queue: Option<&str>) -> Result<Vec<WorkqueueStats>, ControlError> {
         match queue {
             Some(name) => Ok(vec![self.registry.get(name)?.stats()]),
             None => Ok(self
@@ -163,6 +167,7 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::mock::{stats_of, Reason};
     use super::super::{dispatch, protocol::parse_request, Reply};
     use super::*;
     use crate::topology::CpuSet;
@@ -180,20 +185,20 @@ mod tests {
         fn nr_cpu_ids(&self) -> usize {
             16
         }
-        fn apply(&self, value: AttrValue) -> Result<(), Error> {
+        fn apply(&self, value: AttrValue) -> Result<(), ControlError> {
             match value {
                 AttrValue::Nice(n) => self.attrs.lock().unwrap().nice = n,
                 other => {
-                    return Err(Error::Rejected {
+                    return Err(ControlError::Rejected {
                         what: format!("{} of {}", other.attr(), self.name),
-                        reason: "the fake only changes nice".into(),
+                        source: Box::new(Reason("the fake only changes nice".into())),
                     })
                 }
             }
             Ok(())
         }
-        fn stats(&self) -> serde_json::Value {
-            serde_json::json!({ "name": self.name, "pools": [] })
+        fn stats(&self) -> WorkqueueStats {
+            stats_of(self.name, &self.attrs())
         }
     }
 
@@ -203,10 +208,10 @@ mod tests {
         fn get(&self) -> Scope {
             Scope::Numa
         }
-        fn set(&self, scope: Scope) -> Result<(), Error> {
-            Err(Error::Rejected {
+        fn set(&self, scope: Scope) -> Result<(), ControlError> {
+            Err(ControlError::Rejected {
                 what: "the default scope".into(),
-                reason: format!("fixed, not {scope}"),
+                source: Box::new(Reason(format!("fixed, not {scope}"))),
             })
         }
     }
@@ -273,8 +278,8 @@ mod tests {
                 Arc::downgrade(&q) as Weak<dyn ControlledQueue>,
             )
             .unwrap();
-        let server = super::super::start_with(FixedDefault).unwrap();
-        let expected = super::super::server::socket_path_for_pid(std::process::id());
+        let server = super::super::start().unwrap();
+        let expected = super::super::socket_path_for_pid(std::process::id());
         assert_eq!(server.path(), expected);
         let mut client =
             super::super::Client::connect(server.path(), std::time::Duration::from_secs(10))

@@ -1,29 +1,29 @@
 //! The control plane over this process's podq runtime.
 
-use super::{start_with, ControlServer, DefaultScope};
+use super::registry::DefaultScope;
+use super::{ControlError, ControlServer};
 use crate::topology::Scope;
-use crate::Error;
 
 /// The runtime's process-wide default scope ([`crate::default_scope`]).
 #[derive(Clone, Copy, Debug, Default)]
-pub struct RuntimeDefaultScope;
+pub(crate) struct RuntimeDefaultScope;
 
 impl DefaultScope for RuntimeDefaultScope {
     fn get(&self) -> Scope {
         crate::default_scope()
     }
 
-    fn set(&self, scope: Scope) -> Result<(), Error> {
-        crate::set_default_scope(scope).map_err(|e| Error::Rejected {
+    fn set(&self, scope: Scope) -> Result<(), ControlError> {
+        crate::set_default_scope(scope).map_err(|e| ControlError::Rejected {
             what: "the default scope".into(),
-            reason: e.to_string(),
+            source: Box::new(e),
         })
     }
 }
 
 /// Starts the control server on the default socket path, serving the workqueues made
 /// visible with [`Workqueue::expose`](crate::Workqueue::expose) and the process default
-/// scope. The server runs until the returned value is dropped: keep it for as long as
+/// scope. The server runs until the returned guard is dropped: keep it for as long as
 /// the process should be reachable (`let _ = start()?` stops it at once).
 ///
 /// ```no_run
@@ -34,8 +34,11 @@ impl DefaultScope for RuntimeDefaultScope {
 /// let server = control::start()?;
 /// println!("podq ctl --socket {} list", server.path().display());
 /// // ... the program's work; the server answers until `server` is dropped.
-/// # Ok::<(), podq::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn start() -> Result<ControlServer, Error> {
-    start_with(RuntimeDefaultScope)
+///
+/// The same as `ControlServer::builder().build()`; use the builder to choose the path,
+/// the connection limit or the timeouts.
+pub fn start() -> Result<ControlServer, ControlError> {
+    ControlServer::builder().build()
 }

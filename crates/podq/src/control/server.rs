@@ -1,191 +1,33 @@
-//! The control server: a Unix listener, a peer check, and one thread per connection up
-//! to a cap. Threads, not a poll loop: clients are a handful of operators and monitors,
-//! each request is answered in microseconds, and blocking reads with socket timeouts
-//! keep every connection's state in plain local variables. The cap bounds what a flood of
-//! connections can cost (one small-stack thread each); over it, a client gets an error
-//! reply and is closed at once.
+//! The control server: one thread, started with the server and owned by it, that
+//! accepts, checks each peer and serves every connection from one `poll` loop. It
+//! never creates a thread after it starts, so it keeps answering when the process can
+//! create no more (a thread limit) — exactly when the failure counters matter.
 //!
-//! Field legend: I: set at init, read-only after; A: atomic (ordering on the field);
-//! L: guarded by the mutex that holds it.
+//! Connections are few (an operator, a monitor) and requests take microseconds, so one
+//! thread serves them all; a slow request (a `refresh` reading sysfs) delays the others
+//! by its duration. When every slot is taken, a new connection evicts the one whose
+//! last request is oldest (see the README for why not a reserved slot).
+//!
+//! Field legend: I: set at init, read-only after; T: owned by the server thread.
 
-use std::collections::HashMap;
-use std::fs::{self, DirBuilder, Permissions};
-use std::io::{self, ErrorKind, Read, Write};
+use std::io::{ErrorKind, Write};
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use super::protocol::{self, Frame, LineFramer, Reply, MAX_REQUEST_BYTES};
-use super::{dispatch, ControlTarget};
-use crate::Error;
+use super::connection::{Connection, Limits, Next};
+use super::error::chain_text;
+use super::registry::{Registry, RegistryTarget};
+use super::runtime::RuntimeDefaultScope;
+use super::socket::{self, SocketFile, SOCKET_MODE};
+use super::{ControlError, ControlTarget, Reply};
 
-/// The socket's mode: owner read/write only.
-const SOCKET_MODE: u32 = 0o600;
-/// The socket directory's mode: owner only.
-const DIR_MODE: u32 = 0o700;
-/// Connection threads do little; a small stack keeps a full cap cheap.
-const CONNECTION_STACK: usize = 128 * 1024;
-
-/// The credentials of the process at the other end of a Unix socket, from
-/// `SO_PEERCRED` (taken by the kernel when the connection was made).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct PeerCredentials {
-    /// The peer's process id.
-    pub pid: i32,
-    /// The peer's effective uid.
-    pub uid: u32,
-    /// The peer's effective gid.
-    pub gid: u32,
-}
-
-/// Reads the peer's credentials of a connected Unix stream (`SO_PEERCRED`).
-pub fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredentials> {
-    let mut cred = libc::ucred {
-        pid: 0,
-        uid: 0,
-        gid: 0,
-    };
-    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
-    // SAFETY: the fd is an open socket borrowed from `stream` for the whole call; `cred`
-    // and `len` are live locals and `len` holds `cred`'s exact size, so the kernel
-    // writes within bounds.
-    let rc = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_PEERCRED,
-            (&mut cred as *mut libc::ucred).cast(),
-            &mut len,
-        )
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(PeerCredentials {
-        pid: cred.pid,
-        uid: cred.uid,
-        gid: cred.gid,
-    })
-}
-
-/// The access rule: a peer may use the server if it runs as the server's uid or as root.
-pub fn peer_allowed(server_uid: u32, peer_uid: u32) -> bool {
-    peer_uid == server_uid || peer_uid == 0
-}
-
-fn euid() -> u32 {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    unsafe { libc::geteuid() }
-}
-
-/// The socket directory for this process's environment and uid:
-/// `$XDG_RUNTIME_DIR/podq` when that variable names an existing absolute directory,
-/// else `/tmp/podq-<euid>`.
-fn socket_dir() -> PathBuf {
-    std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|dir| dir.is_absolute() && dir.is_dir())
-        .map_or_else(
-            || PathBuf::from(format!("/tmp/podq-{}", euid())),
-            |dir| dir.join("podq"),
-        )
-}
-
-/// The default socket path of process `pid`, as this process would compute it for
-/// itself: `<socket dir>/<pid>.sock` (see the module README).
-pub fn socket_path_for_pid(pid: u32) -> PathBuf {
-    socket_dir().join(format!("{pid}.sock"))
-}
-
-/// Where process `pid`'s socket may be, most likely first: this process's own rule,
-/// then the owner's `/run/user/<uid>/podq` and `/tmp/podq-<uid>` (for root, or a
-/// client whose environment differs from the server's).
-pub fn socket_candidates_for_pid(pid: u32) -> Vec<PathBuf> {
-    let mut paths = vec![socket_path_for_pid(pid)];
-    if let Ok(meta) = fs::metadata(format!("/proc/{pid}")) {
-        let uid = meta.uid();
-        for dir in [format!("/run/user/{uid}/podq"), format!("/tmp/podq-{uid}")] {
-            let path = Path::new(&dir).join(format!("{pid}.sock"));
-            if !paths.contains(&path) {
-                paths.push(path);
-            }
-        }
-    }
-    paths
-}
-
-/// Creates `dir` with mode 0700 if missing, and checks that it is a real directory owned
-/// by this uid and closed to everyone else — a directory under `/tmp` could otherwise
-/// have been planted by another user.
-fn ensure_private_dir(dir: &Path) -> Result<(), Error> {
-    let bad = |reason: String| Error::SocketPath {
-        path: dir.display().to_string(),
-        reason,
-    };
-    match DirBuilder::new().mode(DIR_MODE).create(dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(source) => {
-            return Err(Error::ControlIo {
-                what: format!("cannot create {}", dir.display()),
-                source,
-            })
-        }
-    }
-    let meta = fs::symlink_metadata(dir).map_err(|source| Error::ControlIo {
-        what: format!("cannot inspect {}", dir.display()),
-        source,
-    })?;
-    if !meta.is_dir() {
-        return Err(bad("is not a directory".into()));
-    }
-    if meta.uid() != euid() {
-        return Err(bad(format!(
-            "is owned by uid {}, not by this process's uid {}",
-            meta.uid(),
-            euid()
-        )));
-    }
-    if meta.mode() & 0o077 != 0 {
-        return Err(bad(format!(
-            "has mode {:o}; it must be closed to group and others (700)",
-            meta.mode() & 0o777
-        )));
-    }
-    Ok(())
-}
-
-/// Binds `path`, replacing a stale socket left by a dead process, and sets `mode`.
-fn bind(path: &Path, mode: u32) -> Result<UnixListener, Error> {
-    let bad = |reason: &str| Error::SocketPath {
-        path: path.display().to_string(),
-        reason: reason.to_owned(),
-    };
-    let io_err = |what: &str, source| Error::ControlIo {
-        what: format!("{what} {}", path.display()),
-        source,
-    };
-    match fs::symlink_metadata(path) {
-        Ok(meta) if meta.file_type().is_socket() => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(bad("another control server is listening there"));
-            }
-            fs::remove_file(path).map_err(|e| io_err("cannot remove stale socket", e))?;
-        }
-        Ok(_) => return Err(bad("exists and is not a socket")),
-        Err(e) if e.kind() == ErrorKind::NotFound => {}
-        Err(e) => return Err(io_err("cannot inspect", e)),
-    }
-    let listener = UnixListener::bind(path).map_err(|e| io_err("cannot bind", e))?;
-    fs::set_permissions(path, Permissions::from_mode(mode))
-        .map_err(|e| io_err("cannot set the mode of", e))?;
-    Ok(listener)
-}
+/// How long accepting pauses after `accept` fails for want of resources (out of file
+/// descriptors or memory), instead of spinning on a listener that stays readable.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Configures and starts a [`ControlServer`].
 #[derive(Clone, Debug)]
@@ -219,20 +61,22 @@ impl ControlServerBuilder {
         self
     }
 
-    /// The most connections served at once (default 32); more get an error reply.
+    /// The most connections served at once (default 32). When all are taken, a new
+    /// connection evicts the one whose last request is oldest.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n;
         self
     }
 
-    /// How long a connection may stay silent between requests (default 60 s).
+    /// How long a connection may go without a request (default 60 s). Blank lines are
+    /// not requests.
     pub fn idle_timeout(mut self, timeout: Duration) -> Self {
         self.idle_timeout = timeout;
         self
     }
 
     /// How long a started request line may take to arrive in full (default 5 s); also
-    /// the limit for writing a reply.
+    /// how long pending reply bytes may wait for a client that does not read.
     pub fn request_timeout(mut self, timeout: Duration) -> Self {
         self.request_timeout = timeout;
         self
@@ -241,7 +85,7 @@ impl ControlServerBuilder {
     /// Lets the uid-refusal test put the socket where another uid can reach it, so that
     /// only the peer check stands in the way.
     #[cfg(test)]
-    fn test_socket_mode(mut self, mode: u32) -> Self {
+    pub(crate) fn test_socket_mode(mut self, mode: u32) -> Self {
         self.test_socket_mode = Some(mode);
         self
     }
@@ -256,100 +100,93 @@ impl ControlServerBuilder {
         SOCKET_MODE
     }
 
+    /// Binds the socket and starts serving the workqueues made visible with
+    /// [`Workqueue::expose`](crate::Workqueue::expose) and the process default scope.
+    pub fn build(self) -> Result<ControlServer, ControlError> {
+        self.build_with(Arc::new(RegistryTarget::new(
+            Arc::clone(Registry::global()),
+            RuntimeDefaultScope,
+        )))
+    }
+
+    /// Binds the socket and starts serving `target` instead of this process's
+    /// workqueues (for tests of clients, with the `test-util` feature).
+    #[cfg(feature = "test-util")]
+    pub fn serve(self, target: Arc<dyn ControlTarget>) -> Result<ControlServer, ControlError> {
+        self.build_with(target)
+    }
+
     /// Binds the socket and starts serving `target`.
-    pub fn build(self, target: Arc<dyn ControlTarget>) -> Result<ControlServer, Error> {
-        let invalid = |what: &str| Error::InvalidValue {
-            attr: "control server setting",
-            value: what.to_owned(),
-            reason: "must be greater than 0".to_owned(),
+    pub(crate) fn build_with(
+        self,
+        target: Arc<dyn ControlTarget>,
+    ) -> Result<ControlServer, ControlError> {
+        let positive = |setting| ControlError::Setting {
+            setting,
+            reason: "must be greater than 0",
         };
         if self.max_connections == 0 {
-            return Err(invalid("max_connections"));
+            return Err(positive("max_connections"));
         }
         if self.idle_timeout.is_zero() {
-            return Err(invalid("idle_timeout"));
+            return Err(positive("idle_timeout"));
         }
         if self.request_timeout.is_zero() {
-            return Err(invalid("request_timeout"));
+            return Err(positive("request_timeout"));
         }
         let path = match &self.path {
             Some(path) => path.clone(),
             None => {
-                let dir = socket_dir();
-                ensure_private_dir(&dir)?;
-                dir.join(format!("{}.sock", std::process::id()))
+                let path = socket::socket_path_for_pid(std::process::id());
+                if let Some(dir) = path.parent() {
+                    socket::ensure_private_dir(dir)?;
+                }
+                path
             }
         };
-        let listener = bind(&path, self.socket_mode())?;
-        let listener_fd = listener.as_raw_fd();
-        let shared = Arc::new(Shared {
+        let (listener, file) = socket::bind(&path, self.socket_mode())?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| ControlError::io(format!("cannot configure {}", path.display()), e))?;
+        let (wake, wake_rx) = UnixStream::pair()
+            .map_err(|e| ControlError::io("cannot create the control server's wake-up pair", e))?;
+        let server = EventLoop {
+            listener,
+            wake: wake_rx,
             target,
-            server_uid: euid(),
+            server_uid: socket::euid(),
             max_connections: self.max_connections,
-            idle_timeout: self.idle_timeout,
-            request_timeout: self.request_timeout,
-            stopping: AtomicBool::new(false),
-            connections: AtomicUsize::new(0),
-            next_id: AtomicU64::new(0),
-            open: Mutex::new(HashMap::new()),
-        });
-        let accept_shared = Arc::clone(&shared);
-        let accept = thread::Builder::new()
+            limits: Limits {
+                idle: self.idle_timeout,
+                request: self.request_timeout,
+            },
+            connections: Vec::new(),
+            accept_paused_until: None,
+        };
+        // On failure `file` is dropped here, which removes the socket again.
+        let thread = thread::Builder::new()
             .name("podq-control".into())
-            .spawn(move || accept_loop(&listener, &accept_shared))
-            .map_err(|source| Error::ControlIo {
-                what: "cannot start the control server thread".into(),
-                source,
-            })?;
+            .spawn(move || server.run())
+            .map_err(|e| ControlError::io("cannot start the control server thread", e))?;
         Ok(ControlServer {
-            path,
-            shared,
-            listener_fd,
-            accept: Some(accept),
+            socket: file,
+            wake,
+            thread: Some(thread),
         })
     }
 }
 
-/// State shared by the accept thread and the connection threads.
-struct Shared {
-    /// I: what requests act on.
-    target: Arc<dyn ControlTarget>,
-    /// I: the uid peers must match (or be root).
-    server_uid: u32,
-    /// I: the connection cap.
-    max_connections: usize,
-    /// I: silence allowed between requests.
-    idle_timeout: Duration,
-    /// I: time allowed for one request line, and for one reply write.
-    request_timeout: Duration,
-    /// A: set by `stop` (Release) before it wakes the accept thread; the accept thread
-    /// reads it (Acquire) after every wake-up.
-    stopping: AtomicBool,
-    /// A: connections being served; Relaxed, it only bounds resources.
-    connections: AtomicUsize,
-    /// A: connection ids; Relaxed, only uniqueness matters.
-    next_id: AtomicU64,
-    /// L: a handle to every open connection, so `stop` can end them.
-    open: Mutex<HashMap<u64, UnixStream>>,
-}
-
-/// A running control server. Dropping it (or [`shutdown`](Self::shutdown)) stops
-/// accepting, closes every connection and removes the socket file.
+/// A running control server: the guard of its thread and socket. Dropping it (or
+/// [`shutdown`](Self::shutdown)) stops the thread, closes every connection with a
+/// closing notice and removes the socket file.
 #[derive(Debug)]
 pub struct ControlServer {
-    path: PathBuf,
-    shared: Arc<Shared>,
-    listener_fd: i32,
-    accept: Option<JoinHandle<()>>,
-}
-
-impl std::fmt::Debug for Shared {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Shared")
-            .field("server_uid", &self.server_uid)
-            .field("connections", &self.connections)
-            .finish_non_exhaustive()
-    }
+    /// I: the socket file, removed when this is dropped (after the thread is joined).
+    socket: SocketFile,
+    /// I: shut down to make the server thread's `poll` return and the loop end.
+    wake: UnixStream,
+    /// I: the server thread, taken when joined.
+    thread: Option<JoinHandle<()>>,
 }
 
 impl ControlServer {
@@ -360,7 +197,7 @@ impl ControlServer {
 
     /// The socket's path.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.socket.path()
     }
 
     /// Stops the server and removes its socket.
@@ -369,26 +206,11 @@ impl ControlServer {
     }
 
     fn stop(&mut self) {
-        let Some(accept) = self.accept.take() else {
+        let Some(thread) = self.thread.take() else {
             return;
         };
-        self.shared.stopping.store(true, Ordering::Release);
-        // SAFETY: the listener owning this fd lives in the accept thread, which has not
-        // been joined yet, so the fd is still open and still the listener. shutdown()
-        // makes its blocked accept() return.
-        unsafe { libc::shutdown(self.listener_fd, libc::SHUT_RDWR) };
-        let _ = accept.join();
-        let open = std::mem::take(
-            &mut *self
-                .shared
-                .open
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner),
-        );
-        for stream in open.values() {
-            let _ = stream.shutdown(std::net::Shutdown::Both);
-        }
-        let _ = fs::remove_file(&self.path);
+        let _ = self.wake.shutdown(std::net::Shutdown::Both);
+        let _ = thread.join();
     }
 }
 
@@ -398,189 +220,211 @@ impl Drop for ControlServer {
     }
 }
 
-fn accept_loop(listener: &UnixListener, shared: &Arc<Shared>) {
-    loop {
-        let accepted = listener.accept();
-        if shared.stopping.load(Ordering::Acquire) {
-            return;
-        }
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(_) => {
-                // Out of fds or memory: back off instead of spinning.
-                thread::sleep(Duration::from_millis(50));
+/// The server thread's state: everything here is T (owned by that thread).
+struct EventLoop {
+    listener: UnixListener,
+    /// Readable (EOF) once [`ControlServer::stop`] shuts the other end.
+    wake: UnixStream,
+    target: Arc<dyn ControlTarget>,
+    server_uid: u32,
+    max_connections: usize,
+    limits: Limits,
+    connections: Vec<Connection>,
+    /// Set while accepting backs off after a resource failure.
+    accept_paused_until: Option<Instant>,
+}
+
+fn pollfd(fd: i32, events: libc::c_short) -> libc::pollfd {
+    libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    }
+}
+
+impl EventLoop {
+    fn run(mut self) {
+        let mut fds: Vec<libc::pollfd> = Vec::new();
+        loop {
+            let now = Instant::now();
+            let limits = self.limits;
+            self.connections
+                .retain_mut(|c| c.expire(now, limits) == Next::Keep);
+            if self.accept_paused_until.is_some_and(|t| t <= now) {
+                self.accept_paused_until = None;
+            }
+            let accepting = self.accept_paused_until.is_none();
+            fds.clear();
+            fds.push(pollfd(self.wake.as_raw_fd(), libc::POLLIN));
+            fds.push(pollfd(
+                self.listener.as_raw_fd(),
+                if accepting { libc::POLLIN } else { 0 },
+            ));
+            for c in &self.connections {
+                let mut events = 0;
+                if c.wants_read() {
+                    events |= libc::POLLIN;
+                }
+                if c.wants_write() {
+                    events |= libc::POLLOUT;
+                }
+                fds.push(pollfd(c.stream().as_raw_fd(), events));
+            }
+            let next = self
+                .connections
+                .iter()
+                .map(|c| c.deadline(limits))
+                .chain(self.accept_paused_until)
+                .min();
+            let timeout_ms = next.map_or(-1, |at| {
+                let wait = at.saturating_duration_since(now);
+                // Round up, so the loop does not wake just before a deadline.
+                i32::try_from(wait.as_micros().div_ceil(1000)).unwrap_or(i32::MAX)
+            });
+            // SAFETY: `fds` is a live, initialised vector of `fds.len()` pollfds whose
+            // descriptors stay open for the call (owned by `self`).
+            let rc = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout_ms) };
+            if rc < 0 {
+                // EINTR, or EAGAIN/ENOMEM from the kernel: try again shortly.
+                thread::sleep(Duration::from_millis(1));
                 continue;
             }
-        };
-        let _ = stream.set_write_timeout(Some(shared.request_timeout));
-        if let Err(refusal) = admit(shared, &stream) {
-            let _ = (&stream).write_all(Reply::error(refusal.to_string()).to_line().as_bytes());
-            continue;
-        }
-        let id = shared.next_id.fetch_add(1, Ordering::Relaxed);
-        if let Ok(handle) = stream.try_clone() {
-            shared
-                .open
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .insert(id, handle);
-        }
-        let conn_shared = Arc::clone(shared);
-        let spawned = thread::Builder::new()
-            .name("podq-control-conn".into())
-            .stack_size(CONNECTION_STACK)
-            .spawn(move || {
-                let _guard = ConnectionGuard {
-                    shared: &conn_shared,
-                    id,
-                };
-                serve(&conn_shared, stream);
-            });
-        if spawned.is_err() {
-            shared.connections.fetch_sub(1, Ordering::Relaxed);
-            shared
-                .open
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(&id);
-        }
-    }
-}
-
-/// Checks the peer and takes a connection slot.
-fn admit(shared: &Shared, stream: &UnixStream) -> Result<(), Error> {
-    let cred = peer_credentials(stream).map_err(|source| Error::ControlIo {
-        what: "cannot read the peer's credentials".into(),
-        source,
-    })?;
-    if !peer_allowed(shared.server_uid, cred.uid) {
-        return Err(Error::PeerRefused {
-            server_uid: shared.server_uid,
-            peer_uid: cred.uid,
-        });
-    }
-    let taken = shared.connections.fetch_add(1, Ordering::Relaxed);
-    if taken >= shared.max_connections {
-        shared.connections.fetch_sub(1, Ordering::Relaxed);
-        return Err(Error::Busy {
-            limit: shared.max_connections,
-        });
-    }
-    Ok(())
-}
-
-/// Gives the slot back and forgets the connection when its thread ends, panicking or not.
-struct ConnectionGuard<'a> {
-    shared: &'a Shared,
-    id: u64,
-}
-
-impl Drop for ConnectionGuard<'_> {
-    fn drop(&mut self) {
-        self.shared
-            .open
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&self.id);
-        self.shared.connections.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-/// Serves one connection until the peer closes it, a timeout, or a write fails.
-fn serve(shared: &Shared, mut stream: UnixStream) {
-    let mut framer = LineFramer::new(MAX_REQUEST_BYTES);
-    let mut buf = [0u8; 4096];
-    let mut line_started: Option<Instant> = None;
-    loop {
-        let timeout = match line_started {
-            Some(start) => shared.request_timeout.saturating_sub(start.elapsed()),
-            None => shared.idle_timeout,
-        };
-        let read = if timeout.is_zero() {
-            Err(io::Error::from(ErrorKind::TimedOut))
-        } else {
-            stream
-                .set_read_timeout(Some(timeout))
-                .and_then(|()| stream.read(&mut buf))
-        };
-        let frames = match read {
-            Ok(0) => {
-                if let Some(frame) = framer.finish() {
-                    let _ = answer(shared, &mut stream, frame);
+            if fds[0].revents != 0 {
+                break;
+            }
+            let now = Instant::now();
+            let mut index = 0;
+            let target = &*self.target;
+            self.connections.retain_mut(|c| {
+                let revents = fds[index + 2].revents;
+                index += 1;
+                let mut next = Next::Keep;
+                if revents & libc::POLLOUT != 0 {
+                    next = c.write(now);
                 }
-                return;
-            }
-            Ok(n) => framer.push(&buf[..n]),
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                let why = match line_started {
-                    Some(_) => format!(
-                        "timed out: request line incomplete after {:?}",
-                        shared.request_timeout
-                    ),
-                    None => format!("closing idle connection after {:?}", shared.idle_timeout),
-                };
-                let _ = stream.write_all(Reply::error(why).to_line().as_bytes());
-                return;
-            }
-            Err(_) => return,
-        };
-        for frame in frames {
-            if answer(shared, &mut stream, frame).is_err() {
-                return;
+                if next == Next::Keep && revents & (libc::POLLIN | libc::POLLHUP) != 0 {
+                    next = if c.wants_read() {
+                        c.read(target, now)
+                    } else {
+                        // Hung up while its replies wait: nobody will read them.
+                        Next::Close
+                    };
+                }
+                if revents & (libc::POLLERR | libc::POLLNVAL) != 0 {
+                    next = Next::Close;
+                }
+                next == Next::Keep
+            });
+            if fds[1].revents & libc::POLLIN != 0 {
+                self.accept_ready(now);
             }
         }
-        line_started = match (framer.in_line(), line_started) {
-            (false, _) => None,
-            (true, Some(start)) => Some(start),
-            (true, None) => Some(Instant::now()),
-        };
+        for c in &mut self.connections {
+            c.close_with("the control server is stopping");
+        }
     }
-}
 
-fn answer(shared: &Shared, stream: &mut UnixStream, frame: Frame) -> io::Result<()> {
-    let reply = match frame {
-        Frame::TooLong => Reply::error(
-            Error::TooLarge {
-                limit: MAX_REQUEST_BYTES,
+    /// Accepts every pending connection.
+    fn accept_ready(&mut self, now: Instant) {
+        loop {
+            match self.listener.accept() {
+                Ok((stream, _)) => self.admit(stream, now),
+                Err(e) if e.kind() == ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        ErrorKind::Interrupted | ErrorKind::ConnectionAborted
+                    ) => {}
+                Err(_) => {
+                    // Out of descriptors or memory: back off instead of spinning.
+                    self.accept_paused_until = Some(now + ACCEPT_BACKOFF);
+                    return;
+                }
             }
-            .to_string(),
-        ),
-        Frame::Line(line) => match protocol::parse_request(&line) {
-            Ok(request) => {
-                let target = &*shared.target;
-                // A panicking target must not take the connection down with it.
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| dispatch(target, request)))
-                    .unwrap_or_else(|_| {
-                        Reply::error("internal error: the request handler panicked".into())
-                    })
+        }
+    }
+
+    /// Checks the peer and gives it a slot, evicting the longest-idle connection if all
+    /// are taken.
+    fn admit(&mut self, stream: UnixStream, now: Instant) {
+        let refuse = |stream: &UnixStream, error: ControlError| {
+            let line = Reply::closing_notice(chain_text(&error)).to_line();
+            let _ = (&*stream).write_all(line.as_bytes());
+        };
+        if let Err(e) = stream.set_nonblocking(true) {
+            refuse(
+                &stream,
+                ControlError::io("cannot configure the connection", e),
+            );
+            return;
+        }
+        let peer = match socket::peer_credentials(&stream) {
+            Ok(peer) => peer,
+            Err(e) => {
+                refuse(
+                    &stream,
+                    ControlError::io("cannot read the peer's credentials", e),
+                );
+                return;
             }
-            Err(e) => Reply::error(e.to_string()),
-        },
-    };
-    stream.write_all(reply.to_line().as_bytes())
+        };
+        if !socket::peer_allowed(self.server_uid, peer.uid) {
+            refuse(
+                &stream,
+                ControlError::PeerRefused {
+                    server_uid: self.server_uid,
+                    peer_uid: peer.uid,
+                },
+            );
+            return;
+        }
+        if self.connections.len() >= self.max_connections {
+            let oldest = self
+                .connections
+                .iter()
+                .enumerate()
+                .min_by_key(|(_, c)| c.last_request())
+                .map(|(i, _)| i);
+            if let Some(i) = oldest {
+                let mut evicted = self.connections.swap_remove(i);
+                let idle = now.saturating_duration_since(evicted.last_request());
+                evicted.close_with(&format!(
+                    "closing this connection: all {} connection slots are taken and it \
+                     went longest without a request ({:.1} s)",
+                    self.max_connections,
+                    idle.as_secs_f64()
+                ));
+            }
+        }
+        self.connections.push(Connection::new(stream, now));
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::super::mock::MockTarget;
-    use super::super::{Client, Request};
+    use super::super::{Client, Request, MAX_REQUEST_BYTES};
     use super::*;
+    use std::fs::{self, Permissions};
     use std::io::{BufRead, BufReader};
+    use std::os::unix::fs::{FileTypeExt, MetadataExt, PermissionsExt};
 
     const WAIT: Duration = Duration::from_secs(10);
 
     fn start(dir: &Path, builder: ControlServerBuilder) -> ControlServer {
         builder
             .path(dir.join("t.sock"))
-            .build(Arc::new(MockTarget::new()))
+            .build_with(Arc::new(MockTarget::new()))
             .unwrap()
     }
 
     /// Writes raw bytes, then reads one reply line.
     fn raw(stream: &mut UnixStream, reader: &mut BufReader<UnixStream>, bytes: &[u8]) -> Reply {
         stream.write_all(bytes).unwrap();
+        read_reply(reader)
+    }
+
+    fn read_reply(reader: &mut BufReader<UnixStream>) -> Reply {
         let mut line = String::new();
         reader.read_line(&mut line).unwrap();
         Reply::from_line(line.trim_end()).unwrap()
@@ -594,16 +438,6 @@ mod tests {
     }
 
     #[test]
-    fn peer_rule() {
-        assert!(peer_allowed(1000, 1000));
-        assert!(peer_allowed(1000, 0));
-        assert!(peer_allowed(0, 0));
-        assert!(!peer_allowed(1000, 1001));
-        assert!(!peer_allowed(0, 65534));
-        assert!(!peer_allowed(1000, 65534));
-    }
-
-    #[test]
     fn socket_is_private_and_removed_on_shutdown() {
         let dir = tempfile::tempdir().unwrap();
         let server = start(dir.path(), ControlServer::builder());
@@ -611,16 +445,18 @@ mod tests {
         assert!(meta.file_type().is_socket());
         assert_eq!(meta.mode() & 0o777, 0o600);
         let mut client = Client::connect(server.path(), WAIT).unwrap();
-        let me = client.server_credentials().unwrap();
-        assert_eq!(me.pid, std::process::id() as i32);
-        assert_eq!(me.uid, euid());
+        assert_eq!(client.server().pid, std::process::id() as i32);
+        assert_eq!(client.server().uid, socket::euid());
         assert!(client.call(&Request::List).unwrap().queues.is_some());
         let path = server.path().to_owned();
         server.shutdown();
         assert!(!path.exists());
-        assert!(
-            client.request(&Request::List).is_err(),
-            "connections end too"
+        let last = client.request(&Request::List).unwrap();
+        assert!(last.closing, "connections end with a notice: {last:?}");
+        assert_eq!(
+            last.error_text(),
+            Some("the control server is stopping"),
+            "{last:?}"
         );
     }
 
@@ -630,7 +466,7 @@ mod tests {
         let first = start(dir.path(), ControlServer::builder());
         let err = ControlServer::builder()
             .path(first.path())
-            .build(Arc::new(MockTarget::new()))
+            .build_with(Arc::new(MockTarget::new()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("another control server is listening"), "{err}");
@@ -639,7 +475,7 @@ mod tests {
         drop(UnixListener::bind(&stale).unwrap());
         let second = ControlServer::builder()
             .path(&stale)
-            .build(Arc::new(MockTarget::new()))
+            .build_with(Arc::new(MockTarget::new()))
             .unwrap();
         assert!(Client::connect(second.path(), WAIT)
             .unwrap()
@@ -649,39 +485,19 @@ mod tests {
         fs::write(&file, "x").unwrap();
         let err = ControlServer::builder()
             .path(&file)
-            .build(Arc::new(MockTarget::new()))
+            .build_with(Arc::new(MockTarget::new()))
             .unwrap_err()
             .to_string();
         assert!(err.contains("not a socket"), "{err}");
-    }
-
-    #[test]
-    fn private_dir_rules() {
-        let dir = tempfile::tempdir().unwrap();
-        let fresh = dir.path().join("podq");
-        ensure_private_dir(&fresh).unwrap();
-        assert_eq!(fs::metadata(&fresh).unwrap().mode() & 0o777, DIR_MODE);
-        ensure_private_dir(&fresh).unwrap();
-        fs::set_permissions(&fresh, Permissions::from_mode(0o755)).unwrap();
-        let err = ensure_private_dir(&fresh).unwrap_err().to_string();
-        assert!(err.contains("mode 755"), "{err}");
-        let link = dir.path().join("link");
-        std::os::unix::fs::symlink(&fresh, &link).unwrap();
-        let err = ensure_private_dir(&link).unwrap_err().to_string();
-        assert!(err.contains("not a directory"), "{err}");
-    }
-
-    #[test]
-    fn default_path_rules() {
-        let path = socket_path_for_pid(42);
-        assert!(path.ends_with("42.sock"), "{}", path.display());
-        let parent = path.parent().unwrap();
-        match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-            Some(xdg) if xdg.is_absolute() && xdg.is_dir() => assert_eq!(parent, xdg.join("podq")),
-            _ => assert_eq!(parent, Path::new(&format!("/tmp/podq-{}", euid()))),
-        }
-        let me = std::process::id();
-        assert_eq!(socket_candidates_for_pid(me)[0], socket_path_for_pid(me));
+        let err = ControlServer::builder()
+            .max_connections(0)
+            .build_with(Arc::new(MockTarget::new()))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "invalid control server setting max_connections: must be greater than 0"
+        );
     }
 
     #[test]
@@ -691,7 +507,10 @@ mod tests {
         let (mut s, mut r) = connect_raw(server.path());
         let reply = raw(&mut s, &mut r, b"{not json\n");
         assert!(
-            reply.error_text().unwrap().contains("malformed request"),
+            reply
+                .error_text()
+                .unwrap()
+                .starts_with("malformed request: "),
             "{reply:?}"
         );
         let mut big = vec![b'x'; MAX_REQUEST_BYTES * 3];
@@ -703,6 +522,11 @@ mod tests {
         );
         let reply = raw(&mut s, &mut r, b"\xff\xff\n");
         assert!(reply.error_text().is_some());
+        let reply = raw(&mut s, &mut r, b"{\"cmd\":\"list\",\"cmd\":\"refresh\"}\n");
+        assert_eq!(
+            reply.error_text(),
+            Some("malformed request: duplicate field `cmd`")
+        );
         let reply = raw(
             &mut s,
             &mut r,
@@ -714,15 +538,8 @@ mod tests {
             .unwrap();
         let reply = raw(&mut s, &mut r, b"\"list\"}\n");
         assert!(reply.queues.is_some());
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        assert_eq!(
-            Reply::from_line(line.trim_end()).unwrap(),
-            Reply::value("cache_shard".into())
-        );
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert!(Reply::from_line(line.trim_end()).unwrap().queues.is_some());
+        assert_eq!(read_reply(&mut r), Reply::value("cache_shard".into()));
+        assert!(read_reply(&mut r).queues.is_some());
     }
 
     #[test]
@@ -735,15 +552,20 @@ mod tests {
                 .request_timeout(Duration::from_millis(200)),
         );
         let (_s, mut r) = connect_raw(server.path());
-        let mut line = String::new();
-        r.read_line(&mut line).unwrap();
-        assert!(line.contains("closing idle connection"), "{line}");
+        let reply = read_reply(&mut r);
+        assert_eq!(
+            reply.error_text(),
+            Some("closing idle connection after 200 ms")
+        );
+        assert!(reply.closing);
         let (mut s, mut r) = connect_raw(server.path());
         s.write_all(b"{\"cmd\":").unwrap();
-        line.clear();
-        r.read_line(&mut line).unwrap();
-        assert!(line.contains("request line incomplete"), "{line}");
-        line.clear();
+        let reply = read_reply(&mut r);
+        assert_eq!(
+            reply.error_text(),
+            Some("timed out: request line incomplete after 200 ms")
+        );
+        let mut line = String::new();
         assert_eq!(r.read_line(&mut line).unwrap(), 0, "then closed");
         assert!(Client::connect(server.path(), WAIT)
             .unwrap()
@@ -751,29 +573,94 @@ mod tests {
             .is_ok());
     }
 
+    /// Blank lines are not requests: a client sending only newlines is closed when the
+    /// idle timeout runs out, as a silent one is — also when it keeps a blank line always
+    /// started (` \n ` at a time), which the request timeout alone would never end.
     #[test]
-    fn connection_cap_refuses_extra_clients() {
+    fn blank_lines_do_not_keep_a_connection() {
         let dir = tempfile::tempdir().unwrap();
-        let server = start(dir.path(), ControlServer::builder().max_connections(2));
-        let mut a = Client::connect(server.path(), WAIT).unwrap();
-        let mut b = Client::connect(server.path(), WAIT).unwrap();
-        // Both are admitted once they get answers.
-        a.call(&Request::List).unwrap();
-        b.call(&Request::List).unwrap();
-        let mut c = Client::connect(server.path(), WAIT).unwrap();
-        let reply = c.request(&Request::List).unwrap();
-        assert_eq!(reply.error_text(), Some("too many connections (limit 2)"));
-        drop(a);
-        // The slot comes back when the connection's thread sees the close.
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let mut d = Client::connect(server.path(), WAIT).unwrap();
-            if d.call(&Request::List).is_ok() {
-                break;
+        let idle = Duration::from_millis(300);
+        let server = start(dir.path(), ControlServer::builder().idle_timeout(idle));
+        for blank in [&b"\n  \n"[..], b" \n "] {
+            let (mut s, r) = connect_raw(server.path());
+            r.get_ref()
+                .set_read_timeout(Some(Duration::from_millis(50)))
+                .unwrap();
+            let mut r = r;
+            let begun = Instant::now();
+            let mut line = String::new();
+            while line.is_empty() && begun.elapsed() < WAIT {
+                let _ = s.write_all(blank);
+                let _ = r.read_line(&mut line);
             }
-            assert!(Instant::now() < deadline, "slot never freed");
-            thread::sleep(Duration::from_millis(20));
+            let reply = Reply::from_line(line.trim_end()).unwrap();
+            assert_eq!(
+                reply.error_text(),
+                Some("closing idle connection after 300 ms"),
+                "{blank:?}"
+            );
+            assert!(begun.elapsed() >= idle);
         }
+    }
+
+    /// The lock-out of issue 13: every slot held by a client of the server's own uid
+    /// that sends a blank line now and then. A newcomer still gets in, evicting the
+    /// connection that went longest without a request, which is told why.
+    #[test]
+    fn a_full_server_evicts_the_longest_idle_connection() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start(dir.path(), ControlServer::builder());
+        let mut holders: Vec<_> = (0..32).map(|_| connect_raw(server.path())).collect();
+        // The last holder made a real request, so it is not the longest idle.
+        let (s, r) = holders.last_mut().unwrap();
+        assert!(raw(s, r, b"{\"cmd\":\"list\"}\n").ok);
+        for (s, _) in &mut holders {
+            s.write_all(b"\n").unwrap();
+        }
+        let mut newcomer = Client::connect(server.path(), WAIT).unwrap();
+        assert!(newcomer.call(&Request::List).is_ok(), "the 33rd gets in");
+        let (_, first) = &mut holders[0];
+        let notice = read_reply(first);
+        assert!(notice.closing);
+        let text = notice.error_text().unwrap();
+        assert!(
+            text.starts_with(
+                "closing this connection: all 32 connection slots are taken and it went \
+                 longest without a request"
+            ),
+            "{text}"
+        );
+        // The one that made a request is still served.
+        let (s, r) = holders.last_mut().unwrap();
+        assert!(raw(s, r, b"{\"cmd\":\"get_default_scope\"}\n").ok);
+    }
+
+    /// A client that pipelines requests and never reads its replies is cut off once its
+    /// replies stop draining, and meanwhile others are served.
+    #[test]
+    fn a_client_that_never_reads_cannot_stall_the_server() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = start(
+            dir.path(),
+            ControlServer::builder().request_timeout(Duration::from_millis(300)),
+        );
+        let hog = UnixStream::connect(server.path()).unwrap();
+        hog.set_write_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        let line = Request::List.to_line().repeat(1000);
+        let begun = Instant::now();
+        let mut closed = false;
+        while begun.elapsed() < WAIT {
+            let mut client = Client::connect(server.path(), WAIT).unwrap();
+            assert!(client.call(&Request::List).is_ok());
+            if let Err(e) = (&hog).write_all(line.as_bytes()) {
+                if e.kind() != ErrorKind::WouldBlock {
+                    closed = true;
+                    break;
+                }
+            }
+        }
+        assert!(closed, "the hog was never cut off");
     }
 
     #[test]
@@ -812,7 +699,7 @@ mod tests {
     fn refused_peer_child() {
         let path = std::env::var("PODQ_TEST_PEER_SOCKET")
             .expect("PODQ_TEST_PEER_SOCKET names the socket to try");
-        assert_eq!(euid(), 65534);
+        assert_eq!(socket::euid(), 65534);
         let (mut s, mut r) = connect_raw(Path::new(&path));
         // The server may close before or after reading this; the reply is what counts.
         let _ = s.write_all(Request::List.to_line().as_bytes());
@@ -830,7 +717,7 @@ mod tests {
     #[test]
     fn other_uid_is_refused() {
         use std::os::unix::process::CommandExt;
-        if euid() != 0 {
+        if socket::euid() != 0 {
             eprintln!(
                 "NOT RUN: other_uid_is_refused needs root to connect as another uid; \
                  the pure peer_rule test still covers the rule"
@@ -869,6 +756,7 @@ mod tests {
             reply.error_text(),
             Some("permission denied: peer uid 65534 is neither the server's uid 0 nor root")
         );
+        assert!(reply.closing);
         // The server is unharmed, and root is still let in.
         assert!(Client::connect(server.path(), WAIT)
             .unwrap()

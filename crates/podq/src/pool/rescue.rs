@@ -53,7 +53,9 @@ use crate::sync::lock_std as lock;
 use crate::sync::lock as lock_pool;
 use crate::Error;
 
+use super::worklist::Worklist;
 use super::{run_entry, PoolCore, PoolState};
+use crate::work::Entry;
 
 /// A pool whose worker creation failed.
 struct Blocked {
@@ -261,18 +263,20 @@ impl PoolCore {
     /// schedules the retry and the mayday.
     pub(super) fn spawn_failed(self: &Arc<Self>, index: usize, source: std::io::Error) {
         self.stats.worker_spawn_failures.inc();
-        let wanted = {
+        let (wanted, hooks, process_wide) = {
             let mut st = lock_pool(&self.state);
             st.slots[index] = None;
             st.nr_workers -= 1;
-            st.nr_running -= 1;
-            !st.shutdown && needs_worker(self, &st)
+            self.counts.workers.store(st.nr_workers, SeqCst);
+            self.counts.running.fetch_sub(1, SeqCst);
+            let (hooks, process_wide) = waiting_hooks(&self.worklist);
+            (!st.shutdown && needs_worker(self, &st), hooks, process_wide)
         };
         let error = Error::Os {
             call: "spawn a worker thread",
             source,
         };
-        crate::fault::report_error(self.id, &self.key.pod, &error);
+        crate::fault::report_error(&hooks, process_wide, self.id, &self.key.pod, &error);
         block(self, wanted);
     }
 
@@ -295,7 +299,9 @@ impl PoolCore {
             if !needs_worker(self, &st) {
                 return;
             }
-            st.worklist.iter().map(|e| e.meta.pwq.wq.id).collect()
+            let mut ids: Vec<u64> = Vec::new();
+            self.worklist.for_each(|e| ids.push(e.meta.pwq.wq.id));
+            ids
         };
         let rescuers = lock(rescuers());
         let wqs = policy::mayday_targets(worklist, |id| rescuers.contains_key(&id));
@@ -321,12 +327,16 @@ impl PoolCore {
         let mut ran = 0;
         loop {
             let entry = {
-                let mut st = lock_pool(&self.state);
-                let at = st.worklist.iter().position(|e| e.meta.pwq.wq.id == wq);
-                match policy::rescue_step(ran, needs_worker(self, &st), at.is_some()) {
+                let st = lock_pool(&self.state);
+                let mut waiting = false;
+                self.worklist
+                    .for_each(|e| waiting |= e.meta.pwq.wq.id == wq);
+                match policy::rescue_step(ran, needs_worker(self, &st), waiting) {
                     RescueStep::Stop => return false,
                     RescueStep::Requeue => return true,
-                    RescueStep::Take => at.and_then(|at| st.worklist.remove(at)),
+                    // The pool lock is held, and workers take from the worklist without
+                    // it: the item may be gone, then the rescue stops.
+                    RescueStep::Take => self.worklist.take_where(|e| e.meta.pwq.wq.id == wq),
                 }
             };
             let Some(entry) = entry else {
@@ -337,6 +347,26 @@ impl PoolCore {
             ran += 1;
         }
     }
+}
+
+/// The error hooks of the workqueues with items on the worklist, each once, and whether
+/// the process-wide hook is due too (some have none of their own, or none waits).
+fn waiting_hooks(worklist: &Worklist<Entry>) -> (Vec<crate::fault::ErrorHook>, bool) {
+    let mut seen: Vec<u64> = Vec::new();
+    let mut hooks = Vec::new();
+    let mut process_wide = worklist.len() == 0;
+    worklist.for_each(|entry| {
+        let wq = &entry.meta.pwq.wq;
+        if seen.contains(&wq.id) {
+            return;
+        }
+        seen.push(wq.id);
+        match &wq.error_hook {
+            Some(hook) => hooks.push(Arc::clone(hook)),
+            None => process_wide = true,
+        }
+    });
+    (hooks, process_wide)
 }
 
 /// Whether the pool wants a worker it has not got: items wait, no idle worker, fewer

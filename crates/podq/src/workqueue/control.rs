@@ -6,13 +6,14 @@
 use std::sync::{Arc, Weak};
 
 use super::{lock, WqHandle};
-use crate::control::{AttrValue, ControlledQueue, QueueAttrs, Registry};
-use crate::Error;
+use crate::control::{AttrValue, ControlError, ControlledQueue, QueueAttrs, Registry};
+use crate::stats::WorkqueueStats;
 use crate::Workqueue;
 
 impl Workqueue {
     /// Makes this workqueue visible to the control server under its name, like the
     /// kernel's `WQ_SYSFS` flag. Refused if a live visible workqueue has the name.
+    /// Visibility never keeps the workqueue alive.
     ///
     /// ```
     /// use podq::Workqueue;
@@ -23,9 +24,9 @@ impl Workqueue {
     /// assert!(second.expose().is_err()); // the name is taken while `first` lives
     /// first.hide();
     /// second.expose()?;
-    /// # Ok::<(), podq::Error>(())
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn expose(&self) -> Result<(), Error> {
+    pub fn expose(&self) -> Result<(), ControlError> {
         let handle: Weak<dyn ControlledQueue> = Arc::downgrade(&self.handle) as Weak<_>;
         Registry::global().register(self.name(), handle)
     }
@@ -55,7 +56,7 @@ impl ControlledQueue for WqHandle {
         self.shared.topology.possible().last().map_or(1, |c| c + 1)
     }
 
-    fn apply(&self, value: AttrValue) -> Result<(), Error> {
+    fn apply(&self, value: AttrValue) -> Result<(), ControlError> {
         let wq = &self.shared;
         let attr = value.attr();
         let result = match value {
@@ -65,15 +66,13 @@ impl ControlledQueue for WqHandle {
             AttrValue::Nice(nice) => wq.change(|a| a.nice = nice),
             AttrValue::MaxActive(n) => wq.set_max_active(n),
         };
-        result.map_err(|e| Error::Rejected {
+        result.map_err(|e| ControlError::Rejected {
             what: format!("{attr} of {}", wq.name),
-            reason: e.to_string(),
+            source: Box::new(e),
         })
     }
 
-    fn stats(&self) -> serde_json::Value {
-        serde_json::to_value(self.shared.stats_snapshot()).unwrap_or_else(
-            |e| serde_json::json!({ "name": self.shared.name, "error": e.to_string() }),
-        )
+    fn stats(&self) -> WorkqueueStats {
+        self.shared.stats_snapshot()
     }
 }

@@ -22,7 +22,9 @@ use podq_topology::{CpuSet, Scope};
 
 use super::{empty_sample, RunLength, Sample};
 use crate::bench::alloc_model::{AllocConfig, AllocCounts, AllocModel, Object};
-use crate::bench::report::{new_histogram, record, Accounting, AutoTrace, CompletionDetail};
+use crate::bench::report::{
+    new_histogram, record, Accounting, AutoTrace, CompletionDetail, TimelinePoint,
+};
 use crate::bench::system::placement::{self, CpuMap};
 use crate::bench::system::{Item, PoolLockCounts, Queue, QueueConfig, System};
 
@@ -153,6 +155,58 @@ struct Snapshot {
     context_switches: u64,
 }
 
+/// Counters read for the time series.
+struct Tick {
+    at: Instant,
+    completed: u64,
+    cpu_times: Vec<(usize, CpuTimes)>,
+}
+
+/// Sleeps `d`, reading a [`Tick`] every `every`.
+fn sleep_sampling(d: Duration, every: Duration, completed: &AtomicU64, ticks: &mut Vec<Tick>) {
+    let end = Instant::now() + d;
+    loop {
+        let now = Instant::now();
+        if now >= end {
+            break;
+        }
+        std::thread::sleep(every.min(end - now));
+        ticks.push(Tick {
+            at: Instant::now(),
+            completed: completed.load(Ordering::Relaxed),
+            // A failed read leaves the interval without idle figures.
+            cpu_times: read_cpu_times().unwrap_or_default(),
+        });
+    }
+}
+
+/// The intervals between consecutive ticks as time series points.
+fn timeline_of(
+    ticks: &[Tick],
+    origin: Instant,
+    idle_of: impl Fn(&[(usize, CpuTimes)], &[(usize, CpuTimes)]) -> Vec<f64>,
+) -> Vec<(Instant, TimelinePoint)> {
+    ticks
+        .windows(2)
+        .filter_map(|w| {
+            let seconds = (w[1].at - w[0].at).as_secs_f64();
+            (seconds > 0.0).then(|| {
+                let mid = w[0].at + (w[1].at - w[0].at) / 2;
+                (
+                    mid,
+                    TimelinePoint {
+                        t: (w[1].at - origin).as_secs_f64(),
+                        mb_per_sec: (w[1].completed - w[0].completed) as f64 * IO_BYTES as f64
+                            / seconds
+                            / 1e6,
+                        idle: idle_of(&w[0].cpu_times, &w[1].cpu_times),
+                    },
+                )
+            })
+        })
+        .collect()
+}
+
 /// Runs the test once; one sample per toggle segment.
 pub fn run(
     system: &dyn System,
@@ -215,7 +269,7 @@ pub fn run(
             context_switches: context_switches()?,
         })
     };
-    let (segment_marks, histograms, accounting) = std::thread::scope(|s| -> Result<_> {
+    let (segment_marks, histograms, ticks, accounting) = std::thread::scope(|s| -> Result<_> {
         let handles: Vec<_> = params
             .producer_cpus
             .iter()
@@ -243,9 +297,19 @@ pub fn run(
         // falls before it; at a toggle the old segment ends before the scope changes
         // and the new one starts after, so pools the change brings in are counted
         // from their state at the change, not with the history of their other users.
-        let mut starts = Vec::with_capacity(segments);
+        let mut starts: Vec<Snapshot> = Vec::with_capacity(segments);
         let mut ends = Vec::with_capacity(segments);
         let mut outcome = snapshot().map(|snap| starts.push(snap));
+        let mut ticks: Vec<Tick> = starts
+            .iter()
+            .map(|s| Tick {
+                at: s.at,
+                completed: s.completed,
+                cpu_times: s.cpu_times.clone(),
+            })
+            .collect();
+        // About a hundred points over the run, at least 20 ms apart.
+        let every = (segment_length * segments as u32 / 100).max(Duration::from_millis(20));
         if outcome.is_err() {
             stop.store(true, Ordering::Relaxed);
         }
@@ -266,7 +330,7 @@ pub fn run(
                 segment.store(index, Ordering::Relaxed);
             }
             if !segment_length.is_zero() {
-                std::thread::sleep(segment_length);
+                sleep_sampling(segment_length, every, &shared.completed, &mut ticks);
             }
         }
         // In --items mode the end is when every producer has finished.
@@ -297,12 +361,27 @@ pub fn run(
             rpciod: counted(&*rpciod),
             nfsiod: counted(&*nfsiod),
         };
-        let marks = starts.into_iter().zip(ends).collect::<Vec<_>>();
-        Ok((marks, histograms, accounting))
+        Ok((
+            starts.into_iter().zip(ends).collect::<Vec<_>>(),
+            histograms,
+            ticks,
+            accounting,
+        ))
     })?;
     let fake = map.is_fake();
     let mut accounting = Some(accounting);
     let last = segment_marks.len() - 1;
+    let idle_of = |a: &[(usize, CpuTimes)], b: &[(usize, CpuTimes)]| {
+        if fake {
+            idle_shares(a, b)
+        } else {
+            per_node_idle(map, a, b)
+        }
+    };
+    let origin = segment_marks
+        .first()
+        .map_or_else(Instant::now, |(a, _)| a.at);
+    let mut timeline = timeline_of(&ticks, origin, idle_of);
     Ok(segment_marks
         .iter()
         .zip(histograms)
@@ -335,7 +414,16 @@ pub fn run(
                     window_ns: at_end.window_ns,
                 }
             });
+            // The points whose interval centre falls in this segment.
+            let split = timeline.partition_point(|(mid, _)| *mid < b.at);
+            let rest = timeline.split_off(split);
+            let points = std::mem::replace(&mut timeline, rest)
+                .into_iter()
+                .map(|(_, p)| p)
+                .collect();
             sample.completion = Some(CompletionDetail {
+                start_s: (a.at - origin).as_secs_f64(),
+                timeline: points,
                 mb_per_sec: items as f64 * IO_BYTES as f64 / seconds / 1e6,
                 idle_per_cpu,
                 idle_per_node,

@@ -1,0 +1,279 @@
+//! The engine's promises: nothing lost or run twice, strict pods hold, `max_active`
+//! holds, the same seed gives the same run, bad runs are refused.
+
+use podq_sim::{
+    cost, simulate, CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, SimError, SimOutput,
+    Workload,
+};
+use podq_topology::{Scope, Topology};
+
+fn machine(name: &str) -> (Topology, podq_sim::CostParams) {
+    let m = cost::machine(name).unwrap();
+    (Topology::synthetic(m.shape).unwrap(), m.params)
+}
+
+fn completion(cpus: Vec<usize>) -> Workload {
+    Workload::Completion(CompletionSpec {
+        producer_cpus: cpus,
+        depth: 4,
+        object_size: 256,
+        alloc_cache: 16,
+        remote_free: RemoteFree::Cpu,
+        producer_ns: 2_000,
+        rpciod_ns: 16_000,
+        nfsiod_ns: 4_000,
+        toggle: Vec::new(),
+        moves: Vec::new(),
+    })
+}
+
+fn run(topo: &Topology, params: &podq_sim::CostParams, spec: &RunSpec) -> SimOutput {
+    simulate(topo, params, spec).unwrap()
+}
+
+/// Everything a run reports, as text, for comparing runs.
+fn digest(out: &SimOutput) -> String {
+    let mut text = format!("{} {} {}\n", out.events, out.virtual_ns, out.peak_active);
+    for s in &out.segments {
+        text.push_str(&format!(
+            "{} {} {:?} {:?} {:?} {:?} {:?} {:?}\n",
+            s.items,
+            s.seconds,
+            s.counters,
+            s.pool_locks,
+            s.alloc,
+            s.idle_per_cpu,
+            s.hists
+                .latency
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect::<Vec<_>>(),
+            s.hists
+                .queue
+                .iter_recorded()
+                .map(|v| (v.value_iterated_to(), v.count_at_value()))
+                .collect::<Vec<_>>(),
+        ));
+    }
+    text
+}
+
+#[test]
+fn every_item_runs_exactly_once() {
+    let (topo, params) = machine("xeon-12c");
+    for scope in [Scope::Cpu, Scope::Smt, Scope::Cache] {
+        for strict in [false, true] {
+            let spec = RunSpec {
+                workload: Workload::Queue {
+                    producer_cpus: (0..24).collect(),
+                    item_ns: 100,
+                },
+                queue: QueueSpec::new("q", scope, strict),
+                length: RunLength::Items(50),
+                warmup: 0,
+                seed: 3,
+            };
+            let out = run(&topo, &params, &spec);
+            let s = &out.segments[0];
+            // Each producer has one item in flight: the run stops at exactly 24 x 50.
+            assert_eq!(s.items, 24 * 50, "{scope} {strict}");
+            assert_eq!(s.counters.locality.iter().sum::<u64>(), 24 * 50);
+            assert_eq!(s.hists.queue.len(), 24 * 50);
+        }
+    }
+}
+
+#[test]
+fn completion_runs_both_stages_of_every_io() {
+    let (topo, params) = machine("xeon-2s24c");
+    let spec = RunSpec {
+        workload: completion((0..8).collect()),
+        queue: QueueSpec::new("rpciod", Scope::Smt, false),
+        length: RunLength::Items(20),
+        warmup: 0,
+        seed: 1,
+    };
+    let out = run(&topo, &params, &spec);
+    let s = &out.segments[0];
+    assert_eq!(s.items, 8 * 20);
+    // rpciod and nfsiod items both counted; at most depth x producers more rpciod
+    // items started than I/Os finished.
+    let ran = s.counters.locality.iter().sum::<u64>();
+    assert!((2 * 160..=2 * 160 + 2 * 32).contains(&ran), "{ran}");
+    let a = s.alloc.counts;
+    assert!(a.fast_allocs + a.slow_allocs >= 2 * 160);
+}
+
+#[test]
+fn strict_cpu_pods_run_every_item_where_it_was_queued() {
+    let (topo, params) = machine("xeon-12c");
+    let spec = RunSpec {
+        workload: Workload::Queue {
+            producer_cpus: vec![0, 5, 7],
+            item_ns: 100,
+        },
+        queue: QueueSpec::new("q", Scope::Cpu, true),
+        length: RunLength::Duration(2_000_000),
+        warmup: 0,
+        seed: 1,
+    };
+    let s = &run(&topo, &params, &spec).segments[0];
+    assert!(s.items > 100);
+    assert_eq!(s.counters.locality[0], s.items, "{:?}", s.counters.locality);
+    // Nothing ever woke outside its pod.
+    assert_eq!(s.counters.repatriations, 0);
+}
+
+#[test]
+fn max_active_caps_the_items_running_at_once() {
+    let (topo, params) = machine("xeon-12c");
+    for (max_active, ordered, expect) in [(3, false, 3), (1024, true, 1)] {
+        let spec = RunSpec {
+            workload: Workload::Throughput {
+                producer_cpus: (0..12).collect(),
+                depth: 8,
+                item_ns: 2_000,
+            },
+            queue: QueueSpec {
+                name: "q".to_owned(),
+                scope: Scope::Smt,
+                strict: false,
+                max_active,
+                ordered,
+                ..QueueSpec::new("q", Scope::Smt, false)
+            },
+            length: RunLength::Duration(2_000_000),
+            warmup: 0,
+            seed: 1,
+        };
+        let out = run(&topo, &params, &spec);
+        assert_eq!(
+            out.peak_active, expect,
+            "max_active {max_active}, ordered {ordered}"
+        );
+        assert!(out.segments[0].items > 100);
+    }
+    // Without a cap, far more than either cap are active at once, never more than
+    // the 12 producers x depth 8 in flight.
+    let spec = RunSpec {
+        workload: Workload::Throughput {
+            producer_cpus: (0..12).collect(),
+            depth: 8,
+            item_ns: 2_000,
+        },
+        queue: QueueSpec::new("q", Scope::Smt, false),
+        length: RunLength::Duration(2_000_000),
+        warmup: 0,
+        seed: 1,
+    };
+    let peak = run(&topo, &params, &spec).peak_active;
+    assert!((48..=96).contains(&peak), "{peak}");
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run_and_another_seed_another() {
+    let (topo, params) = machine("xeon-2s24c");
+    let spec = |seed| RunSpec {
+        workload: Workload::Completion(CompletionSpec {
+            toggle: vec![Scope::Smt, Scope::CacheShard],
+            ..match completion((0..16).collect()) {
+                Workload::Completion(c) => c,
+                _ => unreachable!(),
+            }
+        }),
+        queue: QueueSpec::new("rpciod", Scope::Smt, false),
+        length: RunLength::Duration(2_000_000),
+        warmup: 0,
+        seed,
+    };
+    let a = digest(&run(&topo, &params, &spec(7)));
+    let b = digest(&run(&topo, &params, &spec(7)));
+    let c = digest(&run(&topo, &params, &spec(8)));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+#[test]
+fn a_toggle_splits_the_run_into_segments_with_their_scopes() {
+    let (topo, params) = machine("xeon-2s24c");
+    let Workload::Completion(c) = completion((0..16).collect()) else {
+        unreachable!()
+    };
+    let spec = RunSpec {
+        workload: Workload::Completion(CompletionSpec {
+            toggle: vec![Scope::Smt, Scope::Cache, Scope::Smt],
+            ..c
+        }),
+        queue: QueueSpec::new("rpciod", Scope::Smt, false),
+        length: RunLength::Duration(3_000_000),
+        warmup: 0,
+        seed: 1,
+    };
+    let out = run(&topo, &params, &spec);
+    let scopes: Vec<Scope> = out.segments.iter().map(|s| s.scope).collect();
+    assert_eq!(scopes, [Scope::Smt, Scope::Cache, Scope::Smt]);
+    for s in &out.segments {
+        assert!((s.seconds - 0.001).abs() < 1e-9);
+        assert!(s.items > 0);
+    }
+}
+
+#[test]
+fn a_cold_cpu_pays_its_c_state_exit() {
+    let (topo, mut params) = machine("xeon-12c");
+    params.jitter = 0.0;
+    let clat_p50 = |params: &podq_sim::CostParams| {
+        let spec = RunSpec {
+            workload: Workload::Latency {
+                cpu: 0,
+                think_ns: 1_000_000,
+                item_ns: 100,
+            },
+            queue: QueueSpec::new("q", Scope::Smt, true),
+            length: RunLength::Duration(50_000_000),
+            warmup: 0,
+            seed: 1,
+        };
+        run(&topo, params, &spec).segments[0]
+            .hists
+            .latency
+            .value_at_quantile(0.5)
+    };
+    // The worker sleeps on CPU 0's sibling through each 1 ms think time, longer than
+    // the 600 us C-state residency: every item waits the 133 us exit.
+    let deep = clat_p50(&params);
+    params.cstate_exit = 0.0;
+    let shallow = clat_p50(&params);
+    assert!(
+        (132_000..136_000).contains(&(deep - shallow)),
+        "{deep} {shallow}"
+    );
+}
+
+#[test]
+fn bad_runs_are_refused_with_the_reason() {
+    let (topo, params) = machine("xeon-12c");
+    let spec = |workload, length| RunSpec {
+        workload,
+        queue: QueueSpec::new("q", Scope::Smt, false),
+        length,
+        warmup: 0,
+        seed: 1,
+    };
+    let queue = |cpus: Vec<usize>| Workload::Queue {
+        producer_cpus: cpus,
+        item_ns: 1,
+    };
+    let err = |s: RunSpec| simulate(&topo, &params, &s).err().unwrap().to_string();
+    assert!(err(spec(queue(vec![]), RunLength::Items(1))).contains("no producer"));
+    assert!(err(spec(queue(vec![99]), RunLength::Items(1))).contains("CPU 99"));
+    assert!(err(spec(queue(vec![0]), RunLength::Duration(11_000_000_000))).contains("10 s"));
+    assert!(err(spec(queue(vec![0]), RunLength::Items(0))).contains("zero items"));
+    let mut bad = params.clone();
+    bad.wake = -1.0;
+    let e = simulate(&topo, &bad, &spec(queue(vec![0]), RunLength::Items(1)));
+    assert!(matches!(e, Err(SimError::Cost(_))));
+    let big = Topology::synthetic("2s32c20t").unwrap();
+    let e = simulate(&big, &params, &spec(queue(vec![0]), RunLength::Items(1)));
+    assert!(e.err().unwrap().to_string().contains("at most 1024"));
+}

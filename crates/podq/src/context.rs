@@ -1,0 +1,44 @@
+//! What a thread knows about the podq work it is doing: the pool it works for, the
+//! item it runs, its `blocking()` depth and the items it took and has not started.
+//! Every worker thread-local lives here, so that pools, items and workqueues read the
+//! same state without depending on each other.
+//!
+//! Legend: W thread-private (a thread-local of the thread it describes).
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use crate::pool::PoolCore;
+use crate::work::Entry;
+
+thread_local! {
+    /// W: the pool this thread works for, if it is a worker.
+    pub(crate) static WORKER_POOL: RefCell<Option<Arc<PoolCore>>> = const { RefCell::new(None) };
+    /// W: nesting depth of `blocking()` sections.
+    pub(crate) static BLOCKING_DEPTH: Cell<usize> = const { Cell::new(0) };
+    /// W: id of the workqueue whose item this thread runs (0: none).
+    static CURRENT_WQ: Cell<u64> = const { Cell::new(0) };
+    /// W: address of the work item this thread runs (0: none).
+    static RUNNING_WORK: Cell<usize> = const { Cell::new(0) };
+    /// W: items this worker took from its pool's worklist and has not started, oldest
+    /// first (given back to the worklist when it blocks).
+    pub(crate) static BATCH: RefCell<VecDeque<Entry>> = const { RefCell::new(VecDeque::new()) };
+}
+
+/// The id of the workqueue whose item the calling thread is running (0: none).
+pub(crate) fn current_wq() -> u64 {
+    CURRENT_WQ.with(Cell::get)
+}
+
+/// The address of the work item the calling thread is running (0: none).
+pub(crate) fn running_work() -> usize {
+    RUNNING_WORK.with(Cell::get)
+}
+
+/// Marks the calling thread as running an item of workqueue `wq` (work item at
+/// `work`, 0 for a one-shot item), or as running none (`0, 0`).
+pub(crate) fn set_running(wq: u64, work: usize) {
+    CURRENT_WQ.with(|c| c.set(wq));
+    RUNNING_WORK.with(|c| c.set(work));
+}
