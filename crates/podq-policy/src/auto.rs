@@ -546,7 +546,9 @@ impl Problem {
 #[derive(Clone, Debug, PartialEq)]
 struct Memory {
     from: usize,
+    from_strict: bool,
     to: usize,
+    to_strict: bool,
     direction: Direction,
     /// The load measured after the switch (before it, until the dwell has passed).
     load: Load,
@@ -959,10 +961,13 @@ pub fn decide(
     let toward = ladder.rungs[proposal.to].scope;
     let target = &ladder.rungs[proposal.to];
     let undoes = state.memory.iter().any(|m| {
-        if proposal.direction == Direction::Relax || !m.load.same(&now, config.same_load) {
+        if !m.load.same(&now, config.same_load) {
             return false;
         }
-        let exact = m.from == proposal.to && m.to == rung;
+        let exact = m.from == proposal.to
+            && m.from_strict == proposal.strict
+            && m.to == rung
+            && m.to_strict == state.strict;
         exact
             || match (&m.fixed, proposal.direction) {
                 (Fixed::Joined { saturated, idle }, Direction::Narrower) => !target
@@ -1031,19 +1036,25 @@ fn switch(
         problem: proposal.problem,
         problem_before: proposal.problem.size(s),
     });
-    state
-        .memory
-        .retain(|m| !(m.from == from && m.to == proposal.to));
+    let from_strict = state.strict;
+    state.memory.retain(|m| {
+        !(m.from == from
+            && m.from_strict == from_strict
+            && m.to == proposal.to
+            && m.to_strict == proposal.strict)
+    });
     state.memory.push(Memory {
         from,
+        from_strict,
         to: proposal.to,
+        to_strict: proposal.strict,
         direction: proposal.direction,
         load: before,
         effective: true,
         fixed: proposal.fixed,
     });
-    // One memory per pair of rungs and direction: bounded by the ladder's size.
-    let bound = 2 * ladder.rungs.len() * ladder.rungs.len() + 2;
+    // One memory per pair of (rung, strictness): bounded by the ladder's size.
+    let bound = 4 * ladder.rungs.len() * ladder.rungs.len() + 2;
     if state.memory.len() > bound {
         state.memory.remove(0);
     }
@@ -1333,6 +1344,31 @@ mod tests {
                 idle_cpus: 48
             }
         );
+    }
+
+    /// Relaxing strictness that costs throughput is reverted once and not tried again
+    /// under the same load.
+    #[test]
+    fn a_regressing_relax_is_not_retried() {
+        let (topology, ladder) = ladder("2s24c2t");
+        let config = AutoConfig::default();
+        let piled = piled_on_node0(&topology);
+        let plant = |s: &AutoState| {
+            let mut w = window(&ladder, s, &piled);
+            w.completed = if s.strict() { ITEMS } else { 9_000 };
+            w
+        };
+        let (st, switches) = run(
+            &ladder,
+            &config,
+            ladder.start(Scope::Smt, true),
+            10_000,
+            plant,
+        );
+        let got: Vec<(u64, bool)> = switches.iter().map(|s| (s.window, s.strict)).collect();
+        assert_eq!(got, [(3, false), (13, true)], "{switches:?}");
+        let (_, d) = decide(&ladder, &config, st.clone(), &plant(&st));
+        assert_eq!(d.reason, Reason::Held { toward: Scope::Smt });
     }
 
     /// A balanced load that fits: nothing to fix, under every scope.
