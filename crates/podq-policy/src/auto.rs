@@ -147,6 +147,7 @@ impl Ladder {
             last: None,
             judged: Judged::default(),
             eval: None,
+            recent_rates: Vec::new(),
             memory: Vec::new(),
         }
     }
@@ -632,6 +633,10 @@ pub struct AutoState {
     last: Option<Switch>,
     judged: Judged,
     eval: Option<Eval>,
+    /// Items/s of the last `confirm_windows` judged windows: the baseline a switch is
+    /// judged against is measured under the load that asked for it, not under an
+    /// earlier one.
+    recent_rates: Vec<f64>,
     memory: Vec<Memory>,
 }
 
@@ -888,6 +893,10 @@ pub fn decide(
     let s = signals(ladder, rung, config, window);
     state.judged.windows += 1;
     state.judged.items_per_s += s.items_per_s;
+    if state.recent_rates.len() >= config.confirm_windows.max(1) as usize {
+        state.recent_rates.remove(0);
+    }
+    state.recent_rates.push(s.items_per_s);
     state.judged.problem += state.eval.as_ref().map_or(0.0, |e| e.problem.size(&s));
     if state.judged.arrivals.len() != s.arrivals.len() {
         state.judged.arrivals = vec![0.0; s.arrivals.len()];
@@ -1032,7 +1041,8 @@ fn switch(
     state.eval = Some(Eval {
         from,
         from_strict: state.strict,
-        items_per_s_before: state.judged.mean(),
+        items_per_s_before: state.recent_rates.iter().sum::<f64>()
+            / state.recent_rates.len().max(1) as f64,
         problem: proposal.problem,
         problem_before: proposal.problem.size(s),
     });
@@ -1065,6 +1075,7 @@ fn switch(
     state.recent.push(state.windows);
     state.pending = None;
     state.judged = Judged::default();
+    state.recent_rates.clear();
     let record = Switch {
         window: state.windows,
         from: ladder.rungs[from].scope,
@@ -1560,6 +1571,38 @@ mod tests {
                 after: 30_000.0
             }
         );
+    }
+
+    /// The baseline of a switch is measured under the load that asked for it: a load
+    /// that moved (and lowered items/s) before the switch does not make the switch look
+    /// like a regression.
+    #[test]
+    fn a_switch_is_judged_against_the_load_that_asked_for_it() {
+        let (topology, ladder) = ladder("2s24c2t");
+        let config = AutoConfig::default();
+        let piled = piled_on_node0(&topology);
+        let spread = |s: &AutoState| {
+            let mut w = window(&ladder, s, |p| pod(p, 0.6, 0, 0.0, 0.0));
+            w.completed = 2 * ITEMS;
+            w
+        };
+        let (st, before) = run(
+            &ladder,
+            &config,
+            ladder.start(Scope::Cache, false),
+            300,
+            spread,
+        );
+        assert!(before.is_empty());
+        // Piled: fewer items/s under every scope, a few more once spread over both nodes.
+        let plant = |s: &AutoState| {
+            let mut w = window(&ladder, s, &piled);
+            w.completed = if s.rung() == 4 { ITEMS + 500 } else { ITEMS };
+            w
+        };
+        let (_, after) = run(&ladder, &config, st, 1_000, plant);
+        let got: Vec<(u64, Scope)> = after.iter().map(|s| (s.window, s.to)).collect();
+        assert_eq!(got, [(303, Scope::System)], "{after:?}");
     }
 
     /// Quiet windows are not judged and break a confirmation.
