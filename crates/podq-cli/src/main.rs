@@ -12,6 +12,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod ctl;
 mod monitor;
+mod procinfo;
 mod sim;
 mod table;
 mod target;

@@ -22,10 +22,10 @@ use std::io::{IsTerminal, Write};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use crate::procinfo::{self, ProcStat, ThreadSched};
 use anyhow::{Context, Result};
 use clap::Args;
 use podq::control::{escape_controls, Request};
-use podq::procfs::{self, ProcStat, ThreadSched};
 use podq::stats::{Latency, PoolStats};
 use podq::topology::{CpuSet, Scope};
 use podq::WorkqueueStats;
@@ -233,7 +233,7 @@ pub struct BusyRow {
 
 /// Per-node then per-CPU busy/idle rows from a `/proc/stat` delta.
 pub fn busy_rows(delta: &ProcStat, nodes: &BTreeMap<usize, CpuSet>) -> Vec<BusyRow> {
-    let row = |kind, id, times: &procfs::CpuTimes| BusyRow {
+    let row = |kind, id, times: &procinfo::CpuTimes| BusyRow {
         kind,
         id,
         busy_pct: times.busy_percent(),
@@ -449,9 +449,9 @@ pub fn run(args: MonitorArgs) -> Result<()> {
     let pid = session.pid();
     let interval = Duration::from_secs_f64(args.interval);
     let stats_request = Request::Stats { queue: None };
-    let mut prev_stat = procfs::read_proc_stat()?;
-    let nodes = procfs::read_node_cpus(&prev_stat)?;
-    let mut prev_threads: HashMap<u32, ThreadSched> = procfs::read_threads(pid)
+    let mut prev_stat = procinfo::read_proc_stat()?;
+    let nodes = procinfo::read_node_cpus(&prev_stat)?;
+    let mut prev_threads: HashMap<u32, ThreadSched> = procinfo::read_threads(pid)
         .with_context(|| format!("cannot read the threads of process {pid}"))?
         .into_iter()
         .map(|t| (t.tid, t))
@@ -508,10 +508,10 @@ pub fn run(args: MonitorArgs) -> Result<()> {
                 }
             }
         }
-        let stat = procfs::read_proc_stat()?;
+        let stat = procinfo::read_proc_stat()?;
         let busy = busy_rows(&stat.since(&prev_stat), &nodes);
         prev_stat = stat;
-        let threads_now = procfs::read_threads(pid)
+        let threads_now = procinfo::read_threads(pid)
             .with_context(|| format!("cannot read the threads of process {pid}"))?;
         let threads = thread_rows(&prev_threads, &threads_now);
         prev_threads = threads_now.into_iter().map(|t| (t.tid, t)).collect();
@@ -670,8 +670,8 @@ mod tests {
                 "cpu 0 0 0 0 0 0 0 0\ncpu0 {user0} 0 0 {idle0} 0 0 0 0\ncpu1 {user1} 0 0 {idle1} 0 0 0 0\n"
             )
         };
-        let before = procfs::parse_proc_stat(&text(0, 0, 0, 0)).unwrap();
-        let after = procfs::parse_proc_stat(&text(75, 25, 0, 100)).unwrap();
+        let before = procinfo::parse_proc_stat(&text(0, 0, 0, 0)).unwrap();
+        let after = procinfo::parse_proc_stat(&text(75, 25, 0, 100)).unwrap();
         let nodes = BTreeMap::from([(0, CpuSet::first_n(2))]);
         let rows = busy_rows(&after.since(&before), &nodes);
         assert_eq!(
@@ -692,7 +692,7 @@ mod tests {
             voluntary_ctxt_switches: vol,
             nonvoluntary_ctxt_switches: 1,
             cpu_time_ns: cpu,
-            cpu_time_source: procfs::CpuTimeSource::Schedstat,
+            cpu_time_source: procinfo::CpuTimeSource::Schedstat,
             migrations: migr,
         };
         let before = HashMap::from([(1, t(1, 1_000_000, 5, Some(2)))]);

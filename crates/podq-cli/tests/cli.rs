@@ -162,7 +162,13 @@ fn ctl_reads_and_writes_attributes() {
     assert!(list.starts_with("NAME"), "{list}");
     assert!(list.contains("rpciod  default (cache_shard)"), "{list}");
     let json: Value = serde_json::from_str(&ok(&ctl(&["list", "--json"]))).unwrap();
-    assert_eq!(json[1]["affinity_scope"], "default (cache_shard)");
+    assert_eq!(json[1]["name"], "rpciod");
+    assert_eq!(json[1]["affinity_scope"], "default");
+    assert_eq!(json[1]["effective_scope"], "cache_shard");
+    assert_eq!(json[1]["affinity_strict"], false);
+    assert!(json[1]["max_active"].is_u64(), "{json}");
+    assert!(json[1]["nice"].is_i64(), "{json}");
+    assert!(json[1]["cpumask"].is_string(), "{json}");
 
     assert_eq!(
         ok(&ctl(&["get", "rpciod", "affinity_scope"])),
@@ -173,6 +179,11 @@ fn ctl_reads_and_writes_attributes() {
         "numa\n"
     );
     assert_eq!(ok(&ctl(&["get", "rpciod", "affinity_scope"])), "numa\n");
+    let json: Value = serde_json::from_str(&ok(&ctl(&["list", "--json"]))).unwrap();
+    assert_eq!(
+        (&json[1]["affinity_scope"], &json[1]["effective_scope"]),
+        (&json!("numa"), &json!("numa"))
+    );
     assert_eq!(ok(&ctl(&["set", "nfsiod", "cpumask", "2"])), "2\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "max_active", "4096"])), "2048\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "nice", "-5"])), "-5\n");

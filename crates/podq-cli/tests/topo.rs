@@ -1,10 +1,13 @@
 //! `podq topo` end to end: fixture pods through `--json`, the terminal form, errors and
 //! exit codes, and a capture read back.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+#[path = "../../podq-topology/tests/support/fixtures_dir.rs"]
+mod fixtures_dir;
+use fixtures_dir::fixtures_dir;
 
 fn podq(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_podq"))
@@ -12,19 +15,6 @@ fn podq(args: &[&str]) -> Output {
         .env_remove("PODQ_DEFAULT_AFFINITY_SCOPE")
         .output()
         .expect("run podq")
-}
-
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("PODQ_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/sysfs"),
-    };
-    assert!(
-        dir.is_dir(),
-        "sysfs fixtures not found at {} (set PODQ_FIXTURES)",
-        dir.display()
-    );
-    dir
 }
 
 fn stdout_json(out: &Output) -> Value {

@@ -19,11 +19,11 @@
 //! a pool's numbers include other workqueues' items. A pool first seen in a window (a
 //! switch just made it) only sets its baseline.
 //!
-//! Legend: I set at init; M guarded by the workqueue's `config` lock (as everything in
-//! its `Config`); S guarded by `SAMPLER.state`.
+//! Legend (the crate's letters): I set at init; M guarded by the workqueue's `config`
+//! lock (as everything in its `Config`); Y guarded by `SAMPLER.state`.
 //!
-//! Lock order: `SAMPLER.state` is never held while a workqueue's lock is taken; the
-//! sampler takes a workqueue's `config`, then what an attribute change takes.
+//! Lock order: Y is a leaf, never held while a workqueue's lock is taken; the sampler
+//! takes a workqueue's `config`, then what an attribute change takes.
 
 use std::collections::HashMap;
 use std::sync::{Condvar, Mutex};
@@ -276,10 +276,10 @@ impl AutoRun {
 
 /// The sampler thread's state.
 struct Sampler {
-    /// S: whether the thread runs, and how many times it was woken (so that a wake-up
+    /// Y: whether the thread runs, and how many times it was woken (so that a wake-up
     /// between its scan and its wait is not lost).
     state: Mutex<(bool, u64)>,
-    /// S: signalled when a workqueue goes on `auto`.
+    /// Y: signalled when a workqueue goes on `auto`.
     wake: Condvar,
 }
 

@@ -8,9 +8,8 @@ use std::time::Duration;
 use podq::testing::fake_topology;
 use podq::{CpuSet, DelayedWork, Error, Scope, Work, Workqueue};
 
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
+mod common;
+use common::counter;
 
 fn quiet_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();

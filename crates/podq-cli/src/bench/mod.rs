@@ -239,10 +239,10 @@ fn build_system(name: &str, map: &CpuMap, args: &BenchArgs) -> Result<Arc<dyn Sy
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
+    // The library warns about a bad PODQ_DEFAULT_AFFINITY_SCOPE once, on stderr, when
+    // the default is first needed: now, before the run; the JSON records it too.
+    podq::default_scope();
     let mut warnings = environment_warnings();
-    for w in &warnings {
-        eprintln!("podq: warning: {w}");
-    }
     // Before the run, so that a bad path does not cost the whole benchmark.
     let mut outputs = output::Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
     let spec = topology_spec(args);
@@ -303,14 +303,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// A bad `PODQ_DEFAULT_AFFINITY_SCOPE`: podq then runs `default` workqueues on the
-/// built-in default, which would make every default-scope figure silently mean
-/// something else.
+/// A bad `PODQ_DEFAULT_AFFINITY_SCOPE`, for the JSON (podq warns on stderr itself): the
+/// default scope then reads as the built-in one, so the `default` ratios would
+/// silently mean something else than the user asked for.
 fn environment_warnings() -> Vec<String> {
     match Scope::process_default() {
         Ok(_) => Vec::new(),
         Err(e) => vec![format!(
-            "{e}; podq runs `default` workqueues on {}",
+            "{e}; the default scope reads as {}, and workqueues on `default` are refused",
             Scope::BUILTIN_DEFAULT
         )],
     }

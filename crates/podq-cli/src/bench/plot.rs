@@ -21,6 +21,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::report::{self, human_rate, min_samples, Report, RunResult};
 
@@ -367,10 +368,17 @@ fn bars(area: &Area<'_>, rows: &[&RunResult], series: &[Series]) -> Result<()> {
     };
     let unit = if completion { "MB/s" } else { "items/s" };
     let test = rows.first().map_or("", |r| r.test);
-    let max = rows
+    // The axis fits the bars and the whiskers, unless one round is far off the bars
+    // (a round of a few items can be): then whiskers past twice the largest bar are
+    // cut at the edge, which names the round's value.
+    let largest_bar = rows.iter().map(|r| value(r)).fold(0.0, f64::max);
+    let largest_round = rows
         .iter()
-        .flat_map(|r| r.rounds.iter().map(round_value).chain([value(r)]))
-        .fold(0.0, f64::max)
+        .flat_map(|r| r.rounds.iter().map(round_value))
+        .fold(0.0, f64::max);
+    let max = largest_round
+        .min(2.0 * largest_bar)
+        .max(largest_bar)
         .max(1e-9);
     let n = rows.len();
     let labels: Vec<String> = rows.iter().map(|r| row_label(r)).collect();
@@ -416,16 +424,32 @@ fn bars(area: &Area<'_>, rows: &[&RunResult], series: &[Series]) -> Result<()> {
         if per_round.len() > 1 {
             let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let edge = max * 1.08;
             chart
                 .draw_series(std::iter::once(ErrorBar::new_horizontal(
                     y + 0.5,
-                    lo,
+                    lo.min(edge),
                     value(r),
-                    hi,
+                    hi.min(edge),
                     BLACK.stroke_width(1),
                     8,
                 )))
                 .map_err(plot_error)?;
+            if hi > edge {
+                let shown = if completion {
+                    format!("{hi:.0}")
+                } else {
+                    human_rate(hi)
+                };
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        format!("fastest round {shown} →"),
+                        (edge, y + 0.95),
+                        TextStyle::from((FONT, 11).into_font())
+                            .pos(Pos::new(HPos::Right, VPos::Top)),
+                    )))
+                    .map_err(plot_error)?;
+            }
         }
     }
     Ok(())
@@ -971,6 +995,24 @@ mod tests {
         assert!(texts
             .iter()
             .any(|t| t.contains("whisker: slowest to fastest round")));
+        assert!(!texts.iter().any(|t| t.starts_with("fastest round")));
+        // A round far off the bars does not squash them: its whisker is cut at the
+        // edge, which names it.
+        let mut wild = result("queue", "podq", Some(Scope::Smt), 100);
+        wild.rounds[1].items_per_sec = 9e7;
+        let svg = render(&report(vec![wild], false)).unwrap();
+        let texts = self::texts(&svg);
+        assert!(
+            texts.iter().any(|t| t == "fastest round 90.000 M →"),
+            "{texts:?}"
+        );
+        assert!(texts.iter().any(|t| t == "1.000 M"), "{texts:?}");
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.ends_with(" M") && t.starts_with("9")),
+            "{texts:?}"
+        );
     }
 
     #[test]

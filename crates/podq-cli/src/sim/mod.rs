@@ -149,7 +149,7 @@ pub struct SimArgs {
     /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<String>,
-    /// Write an SVG plot: throughput bars and latency CDFs.
+    /// Write an SVG plot, drawn as `podq bench --plot` draws its own.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// No progress bar.

@@ -69,7 +69,12 @@ pub fn run(cases: &[Case], setup: &Setup, progress: &ProgressBar) -> Result<Stri
             ));
         }
         rows.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1[0].cmp(&b.1[0])));
-        let rows: Vec<Vec<String>> = rows.into_iter().take(8).map(|(_, r)| r).collect();
+        let mut rows: Vec<Vec<String>> = rows.into_iter().take(8).map(|(_, r)| r).collect();
+        rows.push(vec![
+            "(seed +1, +2: noise)".to_owned(),
+            format!("{:+.1}%", noise[0] * 100.0),
+            format!("{:+.1}%", noise[1] * 100.0),
+        ]);
         out.push_str(&format!(
             "\n{} {}{}: base {:.4e}; the 8 parameters that move it most\n{}",
             case.spec.workload.name(),
