@@ -6,7 +6,6 @@ use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use podq::control::{Client, ControlServer};
 use podq::policy::auto::{AutoConfig, Reason};
 use podq::testing::fake_topology;
 use podq::{Scope, Workqueue};
@@ -52,8 +51,11 @@ fn auto_starts_at_the_builtin_default_and_reports_itself() {
     assert!(err.contains("auto window") && err.contains("10µs"), "{err}");
 }
 
+#[cfg(feature = "control")]
 #[test]
 fn control_plane_sets_and_shows_auto() {
+    use podq::control::{Client, ControlServer};
+
     let dir = tempfile::tempdir().unwrap();
     let server = ControlServer::builder()
         .path(dir.path().join("ctl.sock"))
