@@ -185,3 +185,50 @@ fn input_the_simulator_refuses_is_named() {
         assert!(stderr(&out).contains(expect), "{args:?}: {}", stderr(&out));
     }
 }
+
+#[test]
+fn bench_with_sim_prints_real_and_simulated_side_by_side() {
+    let out = podq(&[
+        "bench",
+        "queue",
+        "--topology",
+        "fake:1s2c1t",
+        "--scopes",
+        "cpu",
+        "--strict",
+        "off",
+        "--duration",
+        "50ms",
+        "--rounds",
+        "1",
+        "--sim",
+        "xeon-12c",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("real against simulated"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("queue  cpu"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        row.split_whitespace().filter(|c| *c == "-").count(),
+        0,
+        "{row}"
+    );
+    for (args, expect) in [
+        (
+            &["bench", "peers", "--sim", "xeon-12c"][..],
+            "no simulated counterpart",
+        ),
+        (
+            &["bench", "queue", "--sim", "vax"][..],
+            "unknown machine `vax`",
+        ),
+    ] {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+    }
+}

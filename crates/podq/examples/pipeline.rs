@@ -113,8 +113,7 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
         pipeline.parse.effective_scope()
     );
     for stage in [&pipeline.parse, &pipeline.compute, &pipeline.reply] {
-        // The last handler returned, but its item is counted complete only once it has
-        // left the worker: flush so that every count is final.
+        // The last handler signals before its item is counted complete: flush first.
         stage.flush();
         let stats = stage.stats();
         let ran: u64 = stats.pools.iter().map(|p| p.started).sum();

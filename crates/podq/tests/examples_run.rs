@@ -55,8 +55,18 @@ fn service_writes_everything_it_ingested() {
 }
 
 #[test]
+fn blocking_times_both_kinds() {
+    let out = run(
+        "blocking",
+        &["--items", "4", "--sleep-ms", "5", "--rounds", "1"],
+    );
+    assert!(out.contains("without"), "{out}");
+    assert!(out.contains("with podq::blocking"), "{out}");
+}
+
+#[test]
 fn examples_print_help() {
-    for name in ["pipeline", "service"] {
+    for name in ["pipeline", "service", "blocking"] {
         let out = run(name, &["--help"]);
         assert!(out.contains("Examples:"), "{name}: {out}");
     }

@@ -156,6 +156,10 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also simulate the same podq runs on the same topology with this machine
+    /// profile's costs (`podq sim --machine`) and print them next to the real ones.
+    #[arg(long, value_name = "MACHINE")]
+    pub sim: Option<String>,
 }
 
 /// The longest `--duration`: one run of an hour is already a soak, and a bound
@@ -239,6 +243,9 @@ fn build_system(name: &str, map: &CpuMap, args: &BenchArgs) -> Result<Arc<dyn Sy
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
+    if let Some(machine) = &args.sim {
+        crate::sim::compare::check(args, machine)?;
+    }
     // The library warns about a bad PODQ_DEFAULT_AFFINITY_SCOPE once, on stderr, when
     // the default is first needed: now, before the run; the JSON records it too.
     podq::default_scope();
@@ -286,7 +293,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         results,
         warnings,
     };
-    let text = render(args, &report, length);
+    let mut text = render(args, &report, length);
+    if let Some(machine) = &args.sim {
+        text.push_str(&crate::sim::compare::side_by_side(
+            args, machine, &spec, &report,
+        )?);
+    }
     if args.json.as_deref() == Some("-") {
         let mut err = std::io::stderr().lock();
         err.write_all(text.as_bytes())

@@ -1,6 +1,7 @@
 //! `podq sim`: the bench workloads on a simulated machine (the `podq-sim` crate), for
 //! machines this one is not. See the README's "podq sim" section.
 
+pub mod compare;
 mod output;
 mod sweep;
 
@@ -199,7 +200,7 @@ pub struct Setup {
     pub params: CostParams,
 }
 
-fn setup(args: &SimArgs) -> Result<Setup> {
+pub(crate) fn setup(args: &SimArgs) -> Result<Setup> {
     let machine = cost::machine(&args.machine).ok_or_else(|| {
         usage(format!(
             "unknown machine `{}`: expected one of {}",
@@ -466,7 +467,7 @@ pub fn place_producers(topology: &Topology, spec: &str, count: usize) -> Result<
     })
 }
 
-fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
+pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
     let scopes = if args.scopes.is_empty() {
         Scope::CONCRETE.to_vec()
     } else {

@@ -70,7 +70,7 @@ pub(super) fn env_default() -> Result<Scope, Error> {
 /// The process-wide default affinity scope that workqueues with `Scope::Default`
 /// follow: the last [`set_default_scope`], else `PODQ_DEFAULT_AFFINITY_SCOPE`, else
 /// `cache_shard`. A bad environment value reads as `cache_shard`, with one warning on
-/// stderr for the process, and [`WorkqueueBuilder::build`](super::WorkqueueBuilder::build) refuses workqueues on
+/// stderr for the process, and [`WorkqueueBuilder::build`](crate::WorkqueueBuilder::build) refuses workqueues on
 /// `Scope::Default` while it is set.
 pub fn default_scope() -> Scope {
     *lock(default_cell())
