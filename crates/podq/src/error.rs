@@ -67,6 +67,18 @@ pub enum Error {
         /// The workqueue.
         wq: String,
     },
+    /// An `auto` window shorter than 1 ms.
+    #[error("invalid auto window {window:?}: must be at least 1 ms")]
+    InvalidAutoWindow {
+        /// The requested window.
+        window: std::time::Duration,
+    },
+    /// `auto` controller settings that make no sense.
+    #[error("invalid auto config: {reason}")]
+    InvalidAutoConfig {
+        /// What is wrong.
+        reason: String,
+    },
     /// A workqueue name that is empty.
     #[error("workqueue name must not be empty")]
     EmptyName,

@@ -36,6 +36,8 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//! - [`Scope::Auto`] has no kernel counterpart: the workqueue chooses its scope from
+//!   its statistics (see [`auto`]).
 //!
 //! # Shared state: legends and the lock graph
 //!
@@ -68,6 +70,7 @@
 //! | D | a spawned item's closure `Spawned::f` | `join` |
 //! | O | a spawned item's result slot `Spawned::slot` | `join` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
+//! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |
 //!
 //! The lock graph: a lock may be taken while holding only locks to its left on a
 //! path (an arrow means "is held while taking"); locks not on a path are leaves, held
@@ -82,7 +85,8 @@
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
 //! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
-//!         H handoff, C waiters, D and O of a spawned item, E hooks, `DelayedWork` target,
+//!         H handoff, C waiters, D and O of a spawned item, E hooks, Y auto sampler,
+//!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
 //! ```
 //!
@@ -92,6 +96,7 @@
 //! no podq lock held.
 
 mod attrs;
+pub mod auto;
 mod context;
 #[cfg(feature = "control")]
 pub mod control;

@@ -34,6 +34,7 @@ pub(crate) fn stats_of(name: &str, a: &QueueAttrs) -> WorkqueueStats {
             ordered: a.ordered,
         },
         effective_scope: a.effective_scope,
+        auto: None,
         totals: Totals::default(),
         pools: Vec::new(),
     }
