@@ -3,7 +3,7 @@
 //! JSON schema.
 
 pub mod alloc_model;
-mod output;
+pub(crate) mod output;
 pub mod peers;
 pub mod plot;
 pub mod podq_system;

@@ -5,7 +5,7 @@ pub mod compare;
 mod output;
 mod sweep;
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use podq_sim::{
 };
 use podq_topology::{CpuSet, Scope, Topology};
 
+use crate::bench::output::Outputs;
 use crate::bench::{topo, usage, StrictArg};
 
 /// What to simulate.
@@ -576,29 +577,20 @@ pub fn run(args: &SimArgs) -> Result<()> {
         print!("{text}");
         return Ok(());
     }
+    // Checked and created before the simulation, as bench does.
+    let mut outputs = Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
     let progress = progress_bar(args, cases.len() as u64);
     let done = run_cases(&cases, &setup.topology, &setup.params, &progress)?;
     progress.finish_and_clear();
     let report = output::report(args, &setup, &done);
     let text = output::render(args, &setup, &report);
-    match args.json.as_deref() {
-        Some("-") => {
-            eprint!("{text}");
-            let mut out = std::io::stdout().lock();
-            serde_json::to_writer_pretty(&mut out, &report).context("writing JSON to stdout")?;
-            writeln!(out).context("writing JSON to stdout")?;
-        }
-        Some(path) => {
-            print!("{text}");
-            let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
-            serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
-                .with_context(|| format!("writing {path}"))?;
-        }
-        None => print!("{text}"),
+    if args.json.as_deref() == Some("-") {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
     }
-    if let Some(path) = &args.plot {
-        std::fs::write(path, output::plot(report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    outputs.write_json(&report)?;
+    outputs.write_plot(|| output::plot(report))?;
+    outputs.keep();
     Ok(())
 }
