@@ -702,19 +702,23 @@ fn execute(
     cpu::set_thread_cpu(Some(cpu));
     record.started();
     wq.counters.started.inc();
-    // Two clock reads per item: the start (also the end of the queue-to-start wait) and
-    // the end.
+    // Two clock reads per measured item (`stats::SAMPLE_EVERY`): the start (also the
+    // end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
     let start = {
-        let start = Instant::now();
-        record.queue_to_start(crate::stats::ns_between(meta.queued_at, start));
         record.locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
-        start
+        meta.queued_at.map(|queued| {
+            let start = Instant::now();
+            record.queue_to_start(crate::stats::ns_between(queued, start));
+            start
+        })
     };
     context::set_running(wq.id, work_addr);
     let panicked = f();
     #[cfg(feature = "stats")]
-    record.run_time(crate::stats::elapsed_ns(start));
+    if let Some(start) = start {
+        record.run_time(crate::stats::elapsed_ns(start));
+    }
     context::set_running(0, 0);
     record.completed();
     wq.counters.completed.inc();

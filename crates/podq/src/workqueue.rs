@@ -122,6 +122,11 @@ pub(crate) struct NodeActive {
     nr: AtomicUsize,
     /// N: pwqs with inactive items waiting for a slot, served round-robin.
     pending: Mutex<VecDeque<Arc<Pwq>>>,
+    /// A: `pending.len()`, stored under the `pending` lock, so that a completion skips
+    /// that lock when nobody waits. `SeqCst`: a joiner's store, then its load of `nr`
+    /// in `try_inc`, pairs with a completion's decrement of `nr`, then its load of this
+    /// (one of the two sees the other, so a freed slot is never left unused).
+    nr_pending: AtomicUsize,
 }
 
 impl NodeActive {
@@ -130,7 +135,15 @@ impl NodeActive {
             max: AtomicUsize::new(1),
             nr: AtomicUsize::new(0),
             pending: Mutex::new(VecDeque::new()),
+            nr_pending: AtomicUsize::new(0),
         }
+    }
+
+    /// Puts `pwq` at the end of the pending list.
+    fn push_pending(&self, pwq: &Arc<Pwq>) {
+        let mut pending = lock(&self.pending);
+        pending.push_back(Arc::clone(pwq));
+        self.nr_pending.store(pending.len(), SeqCst);
     }
 
     fn try_inc(&self) -> bool {
@@ -961,7 +974,7 @@ impl WqShared {
                     gen,
                     queued_cpu,
                     #[cfg(feature = "stats")]
-                    queued_at: std::time::Instant::now(),
+                    queued_at: crate::stats::sample_stamp(),
                 },
             };
             let node = &self.nodes[pwq.node];
@@ -978,7 +991,7 @@ impl WqShared {
                     let join_pending = admit.join_pending;
                     if join_pending {
                         st.on_pending = true;
-                        lock(&node.pending).push_back(Arc::clone(&pwq));
+                        node.push_pending(&pwq);
                     }
                     drop(st);
                     if join_pending {
@@ -1010,12 +1023,18 @@ impl WqShared {
     /// serving pwqs round-robin.
     fn activate(&self, node: &NodeActive) {
         loop {
+            // SeqCst: see `NodeActive::nr_pending`.
+            if node.nr_pending.load(SeqCst) == 0 {
+                return;
+            }
             let pwq = {
                 let mut pending = lock(&node.pending);
                 if pending.is_empty() || !node.try_inc() {
                     return;
                 }
-                pending.pop_front().expect("checked non-empty")
+                let pwq = pending.pop_front().expect("checked non-empty");
+                node.nr_pending.store(pending.len(), SeqCst);
+                pwq
             };
             let mut st = lock(&pwq.state);
             match policy::activation(st.queue()) {
@@ -1027,7 +1046,7 @@ impl WqShared {
                 Activation::Take { requeue } => {
                     let entry = st.inactive.pop_front().expect("activation takes an item");
                     if requeue {
-                        lock(&node.pending).push_back(Arc::clone(&pwq));
+                        node.push_pending(&pwq);
                     } else {
                         st.on_pending = false;
                     }
@@ -1241,7 +1260,7 @@ impl WqShared {
         let node = &self.nodes[oldest.node];
         if !st.inactive.is_empty() && !st.on_pending {
             st.on_pending = true;
-            lock(&node.pending).push_back(Arc::clone(&oldest));
+            node.push_pending(&oldest);
         }
         drop(st);
         self.activate(node);
