@@ -12,6 +12,7 @@
 #[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
+mod node;
 pub(crate) mod refresh;
 
 use std::cell::Cell;
@@ -39,6 +40,7 @@ use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
 use crate::{Attrs, Error, PanicHook, PanicReport};
 use flush::{FlushDomain, InFlight};
+use node::NodeActive;
 
 thread_local! {
     /// W: the last CPU chosen round-robin by this thread (`wq_rr_cpu_last`).
@@ -114,52 +116,6 @@ struct Released {
     _pwqs: Vec<Arc<Pwq>>,
 }
 
-/// A per-node active-item counter (`wq_node_nr_active`).
-pub(crate) struct NodeActive {
-    /// A: the node's share of `max_active` (`SeqCst`, read in `try_inc`).
-    max: AtomicUsize,
-    /// A: active items (`SeqCst` CAS; pairs with the `pending` lock, see README).
-    nr: AtomicUsize,
-    /// N: pwqs with inactive items waiting for a slot, served round-robin.
-    pending: Mutex<VecDeque<Arc<Pwq>>>,
-    /// A: `pending.len()`, stored under the `pending` lock, so that a completion skips
-    /// that lock when nobody waits. `SeqCst`: a joiner's store, then its load of `nr`
-    /// in `try_inc`, pairs with a completion's decrement of `nr`, then its load of this
-    /// (one of the two sees the other, so a freed slot is never left unused).
-    nr_pending: AtomicUsize,
-}
-
-impl NodeActive {
-    fn new() -> NodeActive {
-        NodeActive {
-            max: AtomicUsize::new(1),
-            nr: AtomicUsize::new(0),
-            pending: Mutex::new(VecDeque::new()),
-            nr_pending: AtomicUsize::new(0),
-        }
-    }
-
-    /// Puts `pwq` at the end of the pending list.
-    fn push_pending(&self, pwq: &Arc<Pwq>) {
-        let mut pending = lock(&self.pending);
-        pending.push_back(Arc::clone(pwq));
-        self.nr_pending.store(pending.len(), SeqCst);
-    }
-
-    fn try_inc(&self) -> bool {
-        let mut nr = self.nr.load(SeqCst);
-        loop {
-            if !policy::may_activate(nr, self.max.load(SeqCst)) {
-                return false;
-            }
-            match self.nr.compare_exchange_weak(nr, nr + 1, SeqCst, SeqCst) {
-                Ok(_) => return true,
-                Err(now) => nr = now,
-            }
-        }
-    }
-}
-
 /// Shared state of a workqueue.
 pub(crate) struct WqShared {
     /// I: process-unique id (never 0).
@@ -187,7 +143,7 @@ pub(crate) struct WqShared {
     /// S: every live pwq, oldest first (current and retiring ones: flush walks them).
     pwqs: Mutex<Vec<Arc<Pwq>>>,
     /// I (contents A/N): per-node active counters, fallback last.
-    nodes: Vec<NodeActive>,
+    nodes: Vec<NodeActive<Arc<Pwq>>>,
     /// A/F: flush generations.
     flush: FlushDomain,
     /// A: drain calls in progress (`SeqCst`; checked by queue calls).
@@ -991,7 +947,7 @@ impl WqShared {
                     let join_pending = admit.join_pending;
                     if join_pending {
                         st.on_pending = true;
-                        node.push_pending(&pwq);
+                        node.push_pending(Arc::clone(&pwq));
                     }
                     drop(st);
                     if join_pending {
@@ -1021,32 +977,22 @@ impl WqShared {
 
     /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
     /// serving pwqs round-robin.
-    fn activate(&self, node: &NodeActive) {
+    fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
         loop {
-            // SeqCst: see `NodeActive::nr_pending`.
-            if node.nr_pending.load(SeqCst) == 0 {
+            let Some(pwq) = node.take_pending() else {
                 return;
-            }
-            let pwq = {
-                let mut pending = lock(&node.pending);
-                if pending.is_empty() || !node.try_inc() {
-                    return;
-                }
-                let pwq = pending.pop_front().expect("checked non-empty");
-                node.nr_pending.store(pending.len(), SeqCst);
-                pwq
             };
             let mut st = lock(&pwq.state);
             match policy::activation(st.queue()) {
                 Activation::Leave => {
                     st.on_pending = false;
                     drop(st);
-                    node.nr.fetch_sub(1, SeqCst);
+                    node.release();
                 }
                 Activation::Take { requeue } => {
                     let entry = st.inactive.pop_front().expect("activation takes an item");
                     if requeue {
-                        node.push_pending(&pwq);
+                        node.push_pending(Arc::clone(&pwq));
                     } else {
                         st.on_pending = false;
                     }
@@ -1237,11 +1183,9 @@ impl WqShared {
     /// Stores the node shares of `max_active` (`wq_update_node_max_active`).
     fn store_node_limits(&self, limits: &policy::NodeLimits) {
         for &(node, max) in &limits.per_node {
-            self.nodes[self.node_index[node]].max.store(max, SeqCst);
+            self.nodes[self.node_index[node]].set_max(max);
         }
-        self.nodes[self.nodes.len() - 1]
-            .max
-            .store(limits.fallback, SeqCst);
+        self.nodes[self.nodes.len() - 1].set_max(limits.fallback);
     }
 
     /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
@@ -1260,7 +1204,7 @@ impl WqShared {
         let node = &self.nodes[oldest.node];
         if !st.inactive.is_empty() && !st.on_pending {
             st.on_pending = true;
-            node.push_pending(&oldest);
+            node.push_pending(Arc::clone(&oldest));
         }
         drop(st);
         self.activate(node);
@@ -1319,7 +1263,7 @@ impl Pwq {
     pub(crate) fn complete(self: Arc<Self>, gen: u64) {
         let wq = Arc::clone(&self.wq);
         let node = &wq.nodes[self.node];
-        node.nr.fetch_sub(1, SeqCst);
+        node.release();
         wq.activate(node);
         let mut st = lock(&self.state);
         let advanced = st.in_flight.remove(gen);
