@@ -564,6 +564,7 @@ impl Histogram {
 
 /// Item totals of a workqueue or pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Totals {
     /// Items accepted by a queue call (and `spawn`).
     pub queued: u64,
@@ -584,6 +585,7 @@ pub struct Totals {
 
 /// Contention of a pool lock at one kind of call site.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LockStats {
     /// Times the lock was taken.
     pub acquisitions: u64,
@@ -595,6 +597,7 @@ pub struct LockStats {
 
 /// Where items ran relative to where they were queued, in the workqueue's topology.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Locality {
     /// On the queueing CPU.
     pub same_cpu: u64,
@@ -610,6 +613,7 @@ pub struct Locality {
 
 /// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Latency {
     /// Values recorded.
     pub count: u64,
@@ -634,6 +638,7 @@ pub struct Latency {
 /// A snapshot of one pool. Pools are shared by workqueues with equal pool attributes,
 /// so these numbers cover every workqueue that uses the pool.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PoolStats {
     /// Process-unique pool id (as in worker names `podq/u<id>:<n>`).
     pub id: u64,
@@ -739,6 +744,7 @@ impl PoolStats {
 
 /// A snapshot of one workqueue.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WorkqueueStats {
     /// The workqueue's name.
     pub name: String,
