@@ -65,7 +65,6 @@ enum Action {
 
 /// Runs `podq ctl`.
 pub fn run(args: CtlArgs) -> Result<()> {
-    let mut client = args.target.connect()?;
     let (request, what) = match &args.action {
         Action::List { .. } => (Request::List, "list".to_owned()),
         Action::Get { wq, attr } => (
@@ -98,8 +97,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             "read the stats".to_owned(),
         ),
     };
-    let reply = client
-        .call(&request)
+    let client = args.target.connect()?;
+    let reply = args
+        .target
+        .call_on(client, &request)
         .with_context(|| format!("cannot {what}"))?;
     let mut out = std::io::stdout().lock();
     match args.action {
@@ -111,7 +112,8 @@ pub fn run(args: CtlArgs) -> Result<()> {
                 .map(printable)
                 .collect();
             if json {
-                serde_json::to_writer_pretty(&mut out, &queues)?;
+                let typed: Vec<serde_json::Value> = queues.iter().map(typed).collect();
+                serde_json::to_writer_pretty(&mut out, &typed)?;
                 writeln!(out)?;
             } else {
                 write!(out, "{}", list_table(&queues))?;
@@ -138,6 +140,35 @@ pub fn run(args: CtlArgs) -> Result<()> {
 }
 
 /// `queue` with every string escaped for the terminal.
+/// `list --json`: numbers and booleans as such, and the requested scope apart from
+/// the effective one (`default (cache_shard)` becomes `"affinity_scope": "default",
+/// "effective_scope": "cache_shard"`). A value that does not parse stays the string
+/// the server sent.
+fn typed(q: &QueueSummary) -> serde_json::Value {
+    let number = |s: &str| {
+        s.parse::<i64>()
+            .map_or_else(|_| s.into(), serde_json::Value::from)
+    };
+    let (requested, effective) = match q.affinity_scope.split_once(" (") {
+        Some((requested, rest)) => (requested, rest.trim_end_matches(')')),
+        None => (q.affinity_scope.as_str(), q.affinity_scope.as_str()),
+    };
+    serde_json::json!({
+        "name": q.name,
+        "affinity_scope": requested,
+        "effective_scope": effective,
+        "affinity_strict": match q.affinity_strict.as_str() {
+            "0" => false.into(),
+            "1" => true.into(),
+            other => serde_json::Value::from(other),
+        },
+        "cpumask": q.cpumask,
+        "max_active": number(&q.max_active),
+        "nice": number(&q.nice),
+        "ordered": q.ordered,
+    })
+}
+
 fn printable(queue: &QueueSummary) -> QueueSummary {
     let mut q = queue.clone();
     for field in [

@@ -9,19 +9,23 @@
 //! attributes, so these include other queues' items on shared pools): `cpu_s` CPU
 //! seconds in items, `cont%` contended lock acquisitions (enqueue + dequeue), `local%`
 //! items run in the LLC they were queued in (same CPU, SMT core or LLC), `p50`/`p99`
-//! queue→start latency. When the stats carry no whole-queue latency, the worst pool's
-//! percentile is shown, marked `^`: an upper bound of the pools' combined percentile,
-//! since no pool has more than the tail's share of items above it.
+//! queue→start latency, `mayday` calls for a rescuer and items `rescued`. When the
+//! stats carry no whole-queue latency, the worst pool's percentile is shown, marked
+//! `≤`: an upper bound of the pools' combined percentile, since no pool has more than
+//! the tail's share of items above it.
+//!
+//! On a terminal each sample replaces the previous one (like `top`); piped, samples
+//! follow each other, each under a line with its time.
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::thread;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use anyhow::{bail, Context, Result};
+use crate::procinfo::{self, ProcStat, ThreadSched};
+use anyhow::{Context, Result};
 use clap::Args;
 use podq::control::{escape_controls, Request};
-use podq::procfs::{self, ProcStat, ThreadSched};
 use podq::stats::{Latency, PoolStats};
 use podq::topology::CpuSet;
 use podq::WorkqueueStats;
@@ -33,12 +37,39 @@ use crate::target::{Session, TargetArgs};
 /// Thread rows shown per sample in the table (the busiest); `--json` prints all.
 const THREAD_ROWS: usize = 12;
 
+/// What the table's columns mean, for `--help`.
+const COLUMNS_HELP: &str = "\
+Columns (per workqueue; counts since it was made, rates over the last interval):
+  total    items started
+  /s       items started per second
+  infl     in flight: started but not finished
+  cpu_s    CPU seconds the pools' workers spent in items
+  rpr      repatriations: an idle worker that last ran outside its pod woken to run
+           there again (non-strict pools)
+  cont%    share of pool-lock acquisitions that found the lock held (queue + take)
+  local%   share of items run in the LLC they were queued in (same CPU, core or LLC)
+  p50 p99  queue -> start latency; `≤` marks the worst pool's figure, an upper bound
+           of the queue's own when it uses several pools
+  mayday   calls for the rescuer while no worker could be started
+  rescued  items the rescuer ran
+cpu_s, cont%, local%, the percentiles, mayday and rescued cover the pools the queue
+uses; pools are shared by queues with equal attributes. Then busy/idle per node and
+CPU (/proc/stat) and the busiest threads of the process (/proc/PID/task).
+On a terminal the screen is redrawn in place; piped, samples are appended.
+
+Examples:
+  podq monitor --pid 9464
+  podq monitor --pid 9464 -i 500ms rpciod nfsiod
+  podq monitor --pid 9464 --json --count 10 > samples.jsonl";
+
 /// `podq monitor` arguments.
 #[derive(Args, Debug)]
+#[command(after_long_help = COLUMNS_HELP)]
 pub struct MonitorArgs {
     #[command(flatten)]
     target: TargetArgs,
-    /// Seconds between samples.
+    /// Time between samples: seconds (`2`, `0.5`) or a duration (`500ms`, `1m`), at
+    /// most a day.
     #[arg(long, short = 'i', default_value = "1", value_parser = parse_interval)]
     interval: f64,
     /// Print JSON Lines (one object per workqueue, node, CPU and thread per sample).
@@ -52,9 +83,16 @@ pub struct MonitorArgs {
 }
 
 fn parse_interval(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
-        _ => Err(format!("`{text}` is not a number of seconds in (0, 86400]")),
+    let seconds = text.parse::<f64>().ok().or_else(|| {
+        humantime::parse_duration(text)
+            .ok()
+            .map(|d| d.as_secs_f64())
+    });
+    match seconds {
+        Some(s) if s.is_finite() && s > 0.0 && s <= 86_400.0 => Ok(s),
+        _ => Err(format!(
+            "`{text}` is not an interval above 0 and at most a day: seconds (0.5) or a duration (500ms, 2s, 1m)"
+        )),
     }
 }
 
@@ -87,6 +125,10 @@ pub struct WqRow {
     pub queue_to_start_p99_ns: Option<u64>,
     /// Whether the percentiles are the worst pool's (an upper bound).
     pub latency_is_pool_max: bool,
+    /// Calls for a rescuer while no worker could be started.
+    pub maydays: Option<u64>,
+    /// Items run by rescuers.
+    pub rescued: Option<u64>,
 }
 
 impl WqRow {
@@ -114,7 +156,7 @@ fn sum(pools: &[PoolStats], field: impl Fn(&PoolStats) -> u64) -> Option<u64> {
 }
 
 /// The row of one workqueue's stats snapshot. The stats carry no whole-queue latency,
-/// so the percentiles are the worst pool's (an upper bound, marked `^`).
+/// so the percentiles are the worst pool's (an upper bound, marked `≤`).
 pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
     let pools = &stats.pools;
     let local = sum(pools, |p| {
@@ -148,6 +190,8 @@ pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
         queue_to_start_p50_ns: worst(|l| l.p50),
         queue_to_start_p99_ns: p99,
         latency_is_pool_max: p99.is_some(),
+        maydays: sum(pools, |p| p.maydays),
+        rescued: sum(pools, |p| p.rescued),
     }
 }
 
@@ -166,7 +210,7 @@ pub struct BusyRow {
 
 /// Per-node then per-CPU busy/idle rows from a `/proc/stat` delta.
 pub fn busy_rows(delta: &ProcStat, nodes: &BTreeMap<usize, CpuSet>) -> Vec<BusyRow> {
-    let row = |kind, id, times: &procfs::CpuTimes| BusyRow {
+    let row = |kind, id, times: &procinfo::CpuTimes| BusyRow {
         kind,
         id,
         busy_pct: times.busy_percent(),
@@ -228,18 +272,29 @@ fn pct(v: Option<f64>) -> String {
     v.map_or_else(|| "-".to_owned(), |v| format!("{v:.1}"))
 }
 
-/// Nanoseconds in a short human unit.
+/// Nanoseconds scaled to their unit with three significant digits at most (`850 ns`,
+/// `5.4 µs`, `115 µs`, `3.0 ms`); `≤` marks an upper bound.
 fn duration_ns(ns: Option<u64>, upper_bound: bool) -> String {
     let Some(ns) = ns else {
         return "-".to_owned();
     };
-    let text = match ns {
-        0..=9_999 => format!("{ns}ns"),
-        10_000..=9_999_999 => format!("{:.1}us", ns as f64 / 1e3),
-        _ => format!("{:.1}ms", ns as f64 / 1e6),
+    let ns = ns as f64;
+    let (value, unit) = if ns < 1e3 {
+        (ns, "ns")
+    } else if ns < 1e6 {
+        (ns / 1e3, "µs")
+    } else if ns < 1e9 {
+        (ns / 1e6, "ms")
+    } else {
+        (ns / 1e9, "s")
+    };
+    let text = if unit == "ns" || value >= 100.0 {
+        format!("{value:.0} {unit}")
+    } else {
+        format!("{value:.1} {unit}")
     };
     if upper_bound {
-        format!("^{text}")
+        format!("≤{text}")
     } else {
         text
     }
@@ -258,8 +313,10 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
         "local%",
         "p50",
         "p99",
+        "mayday",
+        "rescued",
     ];
-    let rows: Vec<[String; 10]> = wqs
+    let rows: Vec<[String; 12]> = wqs
         .iter()
         .map(|w| {
             [
@@ -273,6 +330,8 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
                 pct(w.local_percent()),
                 duration_ns(w.queue_to_start_p50_ns, w.latency_is_pool_max),
                 duration_ns(w.queue_to_start_p99_ns, w.latency_is_pool_max),
+                opt(w.maydays),
+                opt(w.rescued),
             ]
         })
         .collect();
@@ -311,29 +370,91 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
     out
 }
 
+/// Where samples go: redrawn in place on a terminal (like `top`), appended when piped.
+struct Screen {
+    redraw: bool,
+    pid: u32,
+    interval: Duration,
+}
+
+impl Screen {
+    /// The line above each sample: what is watched, how often, and when.
+    fn heading(&self, sample: u64, now: SystemTime) -> String {
+        format!(
+            "podq monitor: pid {}, every {}, {} (sample {sample})",
+            self.pid,
+            humantime::format_duration(self.interval),
+            humantime::format_rfc3339_seconds(now)
+        )
+    }
+
+    fn show(&self, out: &mut impl Write, sample: u64, table: &str) -> std::io::Result<()> {
+        let text = format!("{}\n\n{table}", self.heading(sample, SystemTime::now()));
+        if self.redraw {
+            // Home, then each line cleared to its end and the rest of the screen below
+            // the sample: no flicker from clearing the whole screen first.
+            write!(out, "\x1b[H")?;
+            for line in text.lines() {
+                writeln!(out, "{line}\x1b[K")?;
+            }
+            write!(out, "\x1b[J")
+        } else {
+            writeln!(out, "{text}")
+        }
+    }
+}
+
+/// The filters that match no workqueue name.
+fn unmatched<'a>(filters: &'a [String], names: &[String]) -> Vec<&'a str> {
+    filters
+        .iter()
+        .filter(|f| !names.iter().any(|n| n.contains(f.as_str())))
+        .map(String::as_str)
+        .collect()
+}
+
 /// Runs `podq monitor`.
 pub fn run(args: MonitorArgs) -> Result<()> {
     let mut session = Session::open(args.target.clone())?;
     let pid = session.pid();
     let interval = Duration::from_secs_f64(args.interval);
     let stats_request = Request::Stats { queue: None };
-    let mut prev_stat = procfs::read_proc_stat()?;
-    let nodes = procfs::read_node_cpus(&prev_stat)?;
-    let mut prev_threads: HashMap<u32, ThreadSched> = procfs::read_threads(pid)
+    let mut prev_stat = procinfo::read_proc_stat()?;
+    let nodes = procinfo::read_node_cpus(&prev_stat)?;
+    let mut prev_threads: HashMap<u32, ThreadSched> = procinfo::read_threads(pid)
         .with_context(|| format!("cannot read the threads of process {pid}"))?
         .into_iter()
         .map(|t| (t.tid, t))
         .collect();
     // A first stats sample, so the first printed one already has rates.
-    let mut prev_started: HashMap<String, u64> = session
+    let first: Vec<WqRow> = session
         .call(&stats_request)
         .context("cannot read stats")?
         .stats
         .unwrap_or_default()
         .iter()
         .map(wq_row)
+        .collect();
+    let names: Vec<String> = first.iter().map(|w| w.name.clone()).collect();
+    for filter in unmatched(&args.filters, &names) {
+        eprintln!(
+            "podq: warning: no workqueue's name contains `{filter}` (visible: {})",
+            if names.is_empty() {
+                "none".to_owned()
+            } else {
+                names.join(", ")
+            }
+        );
+    }
+    let mut prev_started: HashMap<String, u64> = first
+        .into_iter()
         .filter_map(|w| Some((w.name, w.started?)))
         .collect();
+    let screen = Screen {
+        redraw: !args.json && std::io::stdout().is_terminal(),
+        pid,
+        interval,
+    };
     let mut last = Instant::now();
     let mut out = std::io::stdout().lock();
     let mut sample = 0u64;
@@ -357,13 +478,11 @@ pub fn run(args: MonitorArgs) -> Result<()> {
                 }
             }
         }
-        let stat = procfs::read_proc_stat()?;
+        let stat = procinfo::read_proc_stat()?;
         let busy = busy_rows(&stat.since(&prev_stat), &nodes);
         prev_stat = stat;
-        let threads_now = match procfs::read_threads(pid) {
-            Ok(t) => t,
-            Err(e) => bail!("cannot read the threads of process {pid}: {e}"),
-        };
+        let threads_now = procinfo::read_threads(pid)
+            .with_context(|| format!("cannot read the threads of process {pid}"))?;
         let threads = thread_rows(&prev_threads, &threads_now);
         prev_threads = threads_now.into_iter().map(|t| (t.tid, t)).collect();
         if args.json {
@@ -393,7 +512,7 @@ pub fn run(args: MonitorArgs) -> Result<()> {
                 line("thread", serde_json::to_value(t)?)?;
             }
         } else {
-            writeln!(out, "{}", render_table(&wqs, &busy, &threads))?;
+            screen.show(&mut out, sample, &render_table(&wqs, &busy, &threads))?;
         }
         out.flush()?;
     }
@@ -489,8 +608,8 @@ mod tests {
                 "cpu 0 0 0 0 0 0 0 0\ncpu0 {user0} 0 0 {idle0} 0 0 0 0\ncpu1 {user1} 0 0 {idle1} 0 0 0 0\n"
             )
         };
-        let before = procfs::parse_proc_stat(&text(0, 0, 0, 0)).unwrap();
-        let after = procfs::parse_proc_stat(&text(75, 25, 0, 100)).unwrap();
+        let before = procinfo::parse_proc_stat(&text(0, 0, 0, 0)).unwrap();
+        let after = procinfo::parse_proc_stat(&text(75, 25, 0, 100)).unwrap();
         let nodes = BTreeMap::from([(0, CpuSet::first_n(2))]);
         let rows = busy_rows(&after.since(&before), &nodes);
         assert_eq!(
@@ -511,7 +630,7 @@ mod tests {
             voluntary_ctxt_switches: vol,
             nonvoluntary_ctxt_switches: 1,
             cpu_time_ns: cpu,
-            cpu_time_source: procfs::CpuTimeSource::Schedstat,
+            cpu_time_source: procinfo::CpuTimeSource::Schedstat,
             migrations: migr,
         };
         let before = HashMap::from([(1, t(1, 1_000_000, 5, Some(2)))]);
@@ -531,8 +650,70 @@ mod tests {
     #[test]
     fn interval_must_be_positive() {
         assert_eq!(parse_interval("0.5"), Ok(0.5));
-        for bad in ["0", "-1", "x", "inf", "NaN"] {
+        assert_eq!(parse_interval("500ms"), Ok(0.5));
+        assert_eq!(parse_interval("2m"), Ok(120.0));
+        assert_eq!(parse_interval("1day"), Ok(86_400.0));
+        for bad in ["0", "-1", "x", "inf", "NaN", "0s", "2days", "86401"] {
             assert!(parse_interval(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn durations_scale_like_bench() {
+        assert_eq!(duration_ns(Some(850), false), "850 ns");
+        assert_eq!(duration_ns(Some(5_375), true), "≤5.4 µs");
+        assert_eq!(duration_ns(Some(114_700), false), "115 µs");
+        assert_eq!(duration_ns(Some(3_014_700), true), "≤3.0 ms");
+        assert_eq!(duration_ns(Some(2_500_000_000), false), "2.5 s");
+        assert_eq!(duration_ns(None, false), "-");
+    }
+
+    #[test]
+    fn rescue_counters_are_shown() {
+        let mut p = pool(10, 10, 1000);
+        p.maydays = 4;
+        p.rescued = 3;
+        let row = wq_row(&wq("rpciod", vec![p, pool(5, 5, 1000)], 15, 15));
+        assert_eq!((row.maydays, row.rescued), (Some(4), Some(3)));
+        let table = render_table(&[row], &[], &[]);
+        let header = table.lines().next().unwrap();
+        assert!(header.ends_with("mayday  rescued"), "{table}");
+        assert!(
+            table.lines().nth(1).unwrap().ends_with("4        3"),
+            "{table}"
+        );
+    }
+
+    #[test]
+    fn filters_matching_nothing_are_named() {
+        let names = ["rpciod".to_owned(), "nfsiod".to_owned()];
+        let filters = ["rpc".to_owned(), "xprtiod".to_owned(), "iod".to_owned()];
+        assert_eq!(unmatched(&filters, &names), ["xprtiod"]);
+        assert!(unmatched(&[], &names).is_empty());
+    }
+
+    #[test]
+    fn samples_redraw_in_place_only_on_a_terminal() {
+        let screen = |redraw| Screen {
+            redraw,
+            pid: 42,
+            interval: Duration::from_millis(500),
+        };
+        let at = UNIX_EPOCH + Duration::from_secs(1_764_585_000);
+        assert_eq!(
+            screen(false).heading(3, at),
+            "podq monitor: pid 42, every 500ms, 2025-12-01T10:30:00Z (sample 3)"
+        );
+        let mut piped = Vec::new();
+        screen(false).show(&mut piped, 1, "A  B\n1  2\n").unwrap();
+        let piped = String::from_utf8(piped).unwrap();
+        assert!(!piped.contains('\x1b'), "{piped:?}");
+        assert!(piped.ends_with("\n\nA  B\n1  2\n\n"), "{piped:?}");
+        let mut tty = Vec::new();
+        screen(true).show(&mut tty, 1, "A  B\n1  2\n").unwrap();
+        let tty = String::from_utf8(tty).unwrap();
+        assert!(tty.starts_with("\x1b[Hpodq monitor: pid 42"), "{tty:?}");
+        assert!(tty.contains("1  2\x1b[K\n"), "{tty:?}");
+        assert!(tty.ends_with("\x1b[J"), "{tty:?}");
     }
 }

@@ -40,6 +40,16 @@ impl TargetArgs {
         };
         Ok(client)
     }
+
+    /// Sends one request on `client`. A server that closes the connection before acting
+    /// on it (a `closing` notice: the connection was evicted to let another in) gets it
+    /// once more on a new connection; that is safe for any request, writes included.
+    pub fn call_on(&self, mut client: Client, request: &Request) -> Result<Reply> {
+        match client.call(request) {
+            Err(ControlError::Remote { closing: true, .. }) => Ok(self.connect()?.call(request)?),
+            other => Ok(other?),
+        }
+    }
 }
 
 /// Whether `error` means the server ended this connection without acting on the request
@@ -179,6 +189,23 @@ mod tests {
             "{err}"
         );
         assert_eq!(err.matches("No such file or directory").count(), 1, "{err}");
+    }
+
+    #[test]
+    fn an_evicted_request_is_sent_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let server = ControlServer::builder()
+            .path(dir.path().join("s.sock"))
+            .max_connections(1)
+            .build()
+            .unwrap();
+        let target = target_of(&server);
+        let first = target.connect().unwrap();
+        // The only slot goes to a second connection; the first is evicted unanswered.
+        let mut second = target.connect().unwrap();
+        second.call(&Request::GetDefaultScope).unwrap();
+        let reply = target.call_on(first, &Request::GetDefaultScope).unwrap();
+        assert_eq!(reply.value.as_deref(), Some(podq::default_scope().name()));
     }
 
     #[test]

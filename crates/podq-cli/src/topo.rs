@@ -6,10 +6,27 @@ use std::io::Write as _;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
-use podq_topology::{PodsReport, Scope, Topology, DEFAULT_SHARD_SIZE};
+use podq_topology::{CpuSet, PodsReport, Scope, Topology, DEFAULT_SHARD_SIZE};
+use serde::Serialize;
+
+use crate::usage::usage;
 
 /// `cpu:pod` pairs per line of the terminal form, so big machines stay readable.
 const CPU_POD_PER_LINE: usize = 16;
+
+/// The version of `--json`'s layout; bumped when a field changes meaning or goes away.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// `--json`: the pods report with what it was computed from.
+#[derive(Serialize)]
+struct JsonReport<'a> {
+    /// [`SCHEMA_VERSION`].
+    schema_version: u32,
+    /// `live`, `sysfs:PATH` or `synthetic:SHAPE`.
+    source: &'a str,
+    #[serde(flatten)]
+    report: &'a PodsReport,
+}
 
 /// Options of `podq topo`.
 #[derive(clap::Args)]
@@ -33,9 +50,19 @@ pub struct Args {
     )]
     shard_size: u64,
 
-    /// Print JSON: `{"cpus": [..], "scopes": {"cpu": [[..]], ..}, ..}`.
+    /// Print JSON: `{"schema_version": 1, "source": "live", "cpus": [..], "scopes":
+    /// {"cpu": [[..]], ..}, ..}`.
     #[arg(long)]
     json: bool,
+
+    /// Show only this scope (`default`: the one it resolves to).
+    #[arg(long, value_name = "NAME")]
+    scope: Option<Scope>,
+
+    /// One line per scope (pods, CPUs per pod, nodes) instead of every pod and the
+    /// CPU → pod map: for big machines.
+    #[arg(long, conflicts_with = "json")]
+    summary: bool,
 
     /// Write the sysfs files podq reads on this machine to FILE.tar.gz, for
     /// `--sysfs-root` to read back elsewhere.
@@ -59,23 +86,42 @@ pub fn run(args: &Args) -> Result<()> {
         );
         return Ok(());
     }
+    // A shape on the command line that does not parse is a usage error (2); a
+    // capture or machine that cannot be read is a failure (1).
     let (topo, source) = if let Some(root) = &args.sysfs_root {
         let topo = Topology::from_sysfs(root)
             .with_context(|| format!("reading sysfs capture {}", root.display()))?;
-        (topo, format!("capture {}", root.display()))
+        (topo, format!("sysfs:{}", root.display()))
     } else if let Some(shape) = &args.synthetic {
-        let topo = Topology::synthetic(shape).context("building the synthetic machine")?;
-        (topo, format!("synthetic {shape}"))
+        let topo =
+            Topology::synthetic(shape).map_err(|e| usage(format!("--synthetic {shape}: {e}")))?;
+        (topo, format!("synthetic:{shape}"))
     } else {
         let topo = Topology::live().context("reading this machine's topology")?;
-        (topo, "this machine".to_owned())
+        (topo, "live".to_owned())
     };
     let shard_size = usize::try_from(args.shard_size).context("--shard-size is too large")?;
     let topo = topo.with_shard_size(shard_size)?;
     let default = Scope::process_default()?;
-    let report = PodsReport::new(&topo, default)?;
+    let mut report = PodsReport::new(&topo, default)?;
+    if let Some(scope) = args.scope {
+        let scope = if scope == Scope::Default {
+            default
+        } else {
+            scope
+        };
+        report.scopes.retain(|s, _| *s == scope);
+        report.pod_nodes.retain(|s, _| *s == scope);
+    }
     let text = if args.json {
-        serde_json::to_string(&report)? + "\n"
+        let json = JsonReport {
+            schema_version: SCHEMA_VERSION,
+            source: &source,
+            report: &report,
+        };
+        serde_json::to_string(&json)? + "\n"
+    } else if args.summary {
+        summary(&report, &topo, &source)
     } else {
         render(&report, &topo, &source)
     };
@@ -86,9 +132,41 @@ pub fn run(args: &Args) -> Result<()> {
     }
 }
 
-/// The terminal form: a summary, then one section per scope with its pods (CPUs and
-/// NUMA node) and the CPU → pod map, like wq_dump.py's "Affinity Scopes".
-fn render(report: &PodsReport, topo: &Topology, source: &str) -> String {
+/// Warnings that differ only in their numbers (one per CPU, say) as the first of each
+/// kind and how many more there are, in order of first appearance.
+fn collapse(warnings: &[String]) -> Vec<String> {
+    let kind = |w: &str| -> String {
+        let mut key = String::new();
+        for c in w.chars() {
+            if c.is_ascii_digit() {
+                if !key.ends_with('#') {
+                    key.push('#');
+                }
+            } else {
+                key.push(c);
+            }
+        }
+        key
+    };
+    let mut groups: Vec<(String, &str, usize)> = Vec::new();
+    for w in warnings {
+        let k = kind(w);
+        match groups.iter_mut().find(|(key, _, _)| *key == k) {
+            Some((_, _, n)) => *n += 1,
+            None => groups.push((k, w, 0)),
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(_, first, more)| match more {
+            0 => first.to_owned(),
+            n => format!("{first} (and {n} more like it)"),
+        })
+        .collect()
+}
+
+/// The lines every terminal form starts with.
+fn heading(report: &PodsReport, topo: &Topology, source: &str) -> String {
     let mut s = String::new();
     let usable = topo.usable();
     let _ = writeln!(s, "source      {source}");
@@ -99,12 +177,64 @@ fn render(report: &PodsReport, topo: &Topology, source: &str) -> String {
         usable,
         topo.possible()
     );
-    let nodes: Vec<String> = topo.nodes().iter().map(usize::to_string).collect();
-    let _ = writeln!(s, "nodes       {}", nodes.join(","));
+    let nodes: CpuSet = topo.nodes().into_iter().collect();
+    let _ = writeln!(s, "nodes       {} ({})", nodes, nodes.len());
     let _ = writeln!(s, "shard size  {} cores", report.shard_size);
-    for w in &report.warnings {
+    for w in collapse(&report.warnings) {
         let _ = writeln!(s, "warning     {w}");
     }
+    s
+}
+
+/// `--summary`: one row per scope.
+fn summary(report: &PodsReport, topo: &Topology, source: &str) -> String {
+    let mut s = heading(report, topo, source);
+    let rows: Vec<[String; 5]> = report
+        .scopes
+        .iter()
+        .map(|(scope, pods)| {
+            let sizes = pods.iter().map(Vec::len);
+            let (lo, hi) = (sizes.clone().min().unwrap_or(0), sizes.max().unwrap_or(0));
+            let nodes: CpuSet = report.pod_nodes[scope].iter().flatten().copied().collect();
+            [
+                format!(
+                    "{}{}",
+                    scope.name(),
+                    if *scope == report.default_scope {
+                        " (default)"
+                    } else {
+                        ""
+                    }
+                ),
+                pods.len().to_string(),
+                if lo == hi {
+                    lo.to_string()
+                } else {
+                    format!("{lo}-{hi}")
+                },
+                if nodes.is_empty() {
+                    "-".to_owned()
+                } else {
+                    nodes.to_string()
+                },
+                pods.first().map_or("-".to_owned(), |p| {
+                    p.iter().copied().collect::<CpuSet>().to_string()
+                }),
+            ]
+        })
+        .collect();
+    s.push('\n');
+    s.push_str(&crate::table::render(
+        &["scope", "pods", "cpus/pod", "nodes", "first pod"],
+        &rows,
+    ));
+    s
+}
+
+/// The terminal form: a summary, then one section per scope with its pods (CPUs and
+/// NUMA node) and the CPU → pod map, like wq_dump.py's "Affinity Scopes".
+fn render(report: &PodsReport, topo: &Topology, source: &str) -> String {
+    let mut s = heading(report, topo, source);
     for (scope, pods) in &report.scopes {
         let nodes = &report.pod_nodes[scope];
         let default = if *scope == report.default_scope {
@@ -138,4 +268,26 @@ fn render(report: &PodsReport, topo: &Topology, source: &str) -> String {
         }
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn repeated_warnings_collapse_by_kind() {
+        let warnings: Vec<String> = (0..5)
+            .map(|c| format!("cpu{c} is in no node cpulist; using cpu{c}/node0 link"))
+            .chain(["no cache information for CPUs 0-4; LLC := CPUs sharing package".to_owned()])
+            .chain(["cpu17 is in no node cpulist; using cpu17/node1 link".to_owned()])
+            .collect();
+        assert_eq!(
+            collapse(&warnings),
+            [
+                "cpu0 is in no node cpulist; using cpu0/node0 link (and 5 more like it)",
+                "no cache information for CPUs 0-4; LLC := CPUs sharing package",
+            ]
+        );
+        assert!(collapse(&[]).is_empty());
+    }
 }

@@ -369,12 +369,18 @@ fn a_bad_default_scope_in_the_environment_is_warned_about() {
             "bench",
             "queue",
             "--systems",
-            "crossbeam-channel",
+            "podq,crossbeam-channel",
+            "--scopes",
+            "cpu",
+            "--strict",
+            "off",
             "--items",
             "50",
             "--rounds",
             "1",
             "--quiet",
+            "--json",
+            "-",
         ])
         .env("PODQ_DEFAULT_AFFINITY_SCOPE", "bogus")
         .output()
@@ -386,6 +392,10 @@ fn a_bad_default_scope_in_the_environment_is_warned_about() {
         err.contains("PODQ_DEFAULT_AFFINITY_SCOPE") && err.contains("bogus"),
         "{err}"
     );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let warnings = report["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].as_str().unwrap().contains("bogus"));
 }
 
 #[test]
@@ -504,4 +514,28 @@ fn completion_toggle_reports_each_segment_with_its_scope() {
     for r in &results {
         assert!(r["completion"]["nfsiod_pool_locks"].is_object(), "{r}");
     }
+}
+
+#[test]
+fn a_failed_run_leaves_no_new_file_and_keeps_an_old_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let old = dir.path().join("old.json");
+    std::fs::write(&old, "previous results").unwrap();
+    let new = dir.path().join("new.svg");
+    // Both paths are fine; the run then fails (no CPU 999 in the topology).
+    let out = podq(&[
+        "bench",
+        "latency",
+        "--systems",
+        "rayon",
+        "--cpu",
+        "999",
+        "--json",
+        old.to_str().unwrap(),
+        "--plot",
+        new.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(std::fs::read_to_string(&old).unwrap(), "previous results");
+    assert!(!new.exists());
 }

@@ -162,7 +162,13 @@ fn ctl_reads_and_writes_attributes() {
     assert!(list.starts_with("NAME"), "{list}");
     assert!(list.contains("rpciod  default (cache_shard)"), "{list}");
     let json: Value = serde_json::from_str(&ok(&ctl(&["list", "--json"]))).unwrap();
-    assert_eq!(json[1]["affinity_scope"], "default (cache_shard)");
+    assert_eq!(json[1]["name"], "rpciod");
+    assert_eq!(json[1]["affinity_scope"], "default");
+    assert_eq!(json[1]["effective_scope"], "cache_shard");
+    assert_eq!(json[1]["affinity_strict"], false);
+    assert!(json[1]["max_active"].is_u64(), "{json}");
+    assert!(json[1]["nice"].is_i64(), "{json}");
+    assert!(json[1]["cpumask"].is_string(), "{json}");
 
     assert_eq!(
         ok(&ctl(&["get", "rpciod", "affinity_scope"])),
@@ -173,6 +179,11 @@ fn ctl_reads_and_writes_attributes() {
         "numa\n"
     );
     assert_eq!(ok(&ctl(&["get", "rpciod", "affinity_scope"])), "numa\n");
+    let json: Value = serde_json::from_str(&ok(&ctl(&["list", "--json"]))).unwrap();
+    assert_eq!(
+        (&json[1]["affinity_scope"], &json[1]["effective_scope"]),
+        (&json!("numa"), &json!("numa"))
+    );
     assert_eq!(ok(&ctl(&["set", "nfsiod", "cpumask", "2"])), "2\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "max_active", "4096"])), "2048\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "nice", "-5"])), "-5\n");
@@ -280,15 +291,23 @@ fn monitor_prints_tables_and_json_lines() {
         "2",
     ]);
     assert_eq!(table.matches("WORKQUEUE").count(), 2, "{table}");
+    // Piped: each sample under its own heading, none redrawn over the last.
+    assert_eq!(table.matches("podq monitor: pid ").count(), 2, "{table}");
+    assert!(table.contains(", every 100ms, "), "{table}");
+    assert!(!table.contains('\x1b'), "{table}");
     let rpciod = table.lines().find(|l| l.starts_with("rpciod")).unwrap();
-    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ^).
-    let cells: Vec<&str> = rpciod.split_whitespace().collect();
+    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ≤).
+    let cells: Vec<&str> = rpciod
+        .split("  ")
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
     assert_eq!(cells[1], "40");
     assert_eq!(cells[3], "2");
     assert_eq!(cells[4], "0.002");
     assert_eq!(cells[6], "5.0");
     assert_eq!(cells[7], "94.7");
-    assert_eq!(&cells[8..], ["^2500ns", "^80.0us"]);
+    assert_eq!(&cells[8..10], ["≤2.5 µs", "≤80.0 µs"]);
     assert!(table.contains("node0"), "{table}");
     assert!(table.contains("cpu0"), "{table}");
     assert!(
@@ -390,6 +409,40 @@ fn ctl_and_monitor_drive_real_workqueues() {
     assert_eq!(row["name"], "cli_rt");
     assert_eq!(row["started"], 10);
     assert_eq!(row["in_flight"], 0);
+}
+
+#[test]
+fn help_lists_the_commands_and_every_command_ends_with_examples() {
+    let help = ok(&["--help"]);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .filter(|l| l.starts_with("  ") && !l.starts_with("    "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(commands, ["topo", "ctl", "monitor", "bench", "sim", "help"]);
+    for command in &commands[..5] {
+        for flag in ["-h", "--help"] {
+            let text = ok(&[command, &flag]);
+            let tail = text.rsplit_once("Examples:\n").map(|(_, t)| t);
+            let examples: Vec<&str> = tail.map_or(Vec::new(), |t| t.lines().collect());
+            assert!(
+                examples
+                    .iter()
+                    .any(|l| l.trim_start().starts_with(&format!("podq {command}"))),
+                "podq {command} {flag} does not end with examples:\n{text}"
+            );
+            // Nothing but examples (and a pointer to --help) after them.
+            assert!(
+                examples
+                    .iter()
+                    .all(|l| l.starts_with("  podq ") || l.starts_with('(') || l.is_empty()),
+                "podq {command} {flag}:\n{text}"
+            );
+        }
+    }
 }
 
 /// A process with a control server that exits without stopping it, as a crash does

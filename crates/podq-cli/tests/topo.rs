@@ -1,10 +1,13 @@
 //! `podq topo` end to end: fixture pods through `--json`, the terminal form, errors and
 //! exit codes, and a capture read back.
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
 
 use serde_json::Value;
+
+#[path = "../../podq-topology/tests/support/fixtures_dir.rs"]
+mod fixtures_dir;
+use fixtures_dir::fixtures_dir;
 
 fn podq(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_podq"))
@@ -12,19 +15,6 @@ fn podq(args: &[&str]) -> Output {
         .env_remove("PODQ_DEFAULT_AFFINITY_SCOPE")
         .output()
         .expect("run podq")
-}
-
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("PODQ_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/sysfs"),
-    };
-    assert!(
-        dir.is_dir(),
-        "sysfs fixtures not found at {} (set PODQ_FIXTURES)",
-        dir.display()
-    );
-    dir
 }
 
 fn stdout_json(out: &Output) -> Value {
@@ -123,10 +113,21 @@ fn a_bad_root_exits_1_naming_the_path() {
 }
 
 #[test]
-fn a_bad_shape_exits_1_and_usage_errors_exit_2() {
-    let out = podq(&["topo", "--synthetic", "2s0c"]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("`2s0c`"));
+fn a_bad_shape_and_other_usage_errors_exit_2() {
+    // The same rule as `podq bench --synthetic 2s0c`: a bad command-line value.
+    for args in [
+        &["topo", "--synthetic", "2s0c"][..],
+        &["bench", "queue", "--synthetic", "2s0c"][..],
+    ] {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("`2s0c`"));
+    }
+    assert_eq!(podq(&["topo", "--scope", "cach"]).status.code(), Some(2));
+    assert_eq!(
+        podq(&["topo", "--summary", "--json"]).status.code(),
+        Some(2)
+    );
     assert_eq!(podq(&["topo", "--shard-size", "0"]).status.code(), Some(2));
     assert_eq!(podq(&["topo", "--bogus"]).status.code(), Some(2));
     assert_eq!(
@@ -167,4 +168,51 @@ fn capture_then_read_back() {
     if back["cpus"] == live["cpus"] {
         assert_eq!(back["scopes"], live["scopes"]);
     }
+}
+
+#[test]
+fn json_names_its_schema_and_source() {
+    let got = stdout_json(&podq(&["topo", "--synthetic", "1s4c", "--json"]));
+    assert_eq!(got["schema_version"], 1);
+    assert_eq!(got["source"], "synthetic:1s4c");
+    assert_eq!(stdout_json(&podq(&["topo", "--json"]))["source"], "live");
+}
+
+#[test]
+fn one_scope_and_the_summary_for_big_machines() {
+    let got = stdout_json(&podq(&[
+        "topo",
+        "--synthetic",
+        "2s4c2t",
+        "--scope",
+        "smt",
+        "--json",
+    ]));
+    let scopes: Vec<&String> = got["scopes"].as_object().unwrap().keys().collect();
+    assert_eq!(scopes, ["smt"]);
+    assert_eq!(got["scopes"]["smt"][0], serde_json::json!([0, 8]));
+    // `default` is the scope it resolves to.
+    let got = stdout_json(&podq(&[
+        "topo",
+        "--synthetic",
+        "2s4c2t",
+        "--scope",
+        "default",
+        "--json",
+    ]));
+    assert!(got["scopes"]["cache_shard"].is_array(), "{got}");
+
+    let out = podq(&["topo", "--synthetic", "64s64c4t", "--summary"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    // A heading of 4 lines, a blank, the table's header and one row per scope.
+    assert_eq!(text.lines().count(), 4 + 1 + 1 + 6, "{text}");
+    let smt = text.lines().find(|l| l.starts_with("smt ")).unwrap();
+    let cells: Vec<&str> = smt.split_whitespace().collect();
+    assert_eq!(&cells[..4], ["smt", "4096", "4", "0-63"], "{smt}");
+    assert!(text.contains("cache_shard (default)"), "{text}");
 }

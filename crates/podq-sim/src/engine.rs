@@ -91,6 +91,8 @@ pub struct Thread {
     pub ran_since: Ns,
     /// Worker: polled the worklist since its last item.
     pub spun: bool,
+    /// Worker: polling its pool's worklist (an `Op::Spin` in progress).
+    pub spinning: bool,
     /// Locks it holds: a holder is not preempted (the critical sections are short and
     /// a preempted holder would stall every spinning waiter).
     pub held: u32,
@@ -247,6 +249,7 @@ impl<'t> Sim<'t> {
             wake_pending: false,
             ran_since: 0,
             spun: false,
+            spinning: false,
             held: 0,
         });
         self.threads.len() - 1
@@ -485,6 +488,13 @@ impl<'t> Sim<'t> {
             self.threads[tid].state = State::Runnable;
             self.cpus[cpu].rq.push_back(tid);
             self.waiting += 1;
+            // podq's spinner yields to a runnable thread on its CPU: its spin ends now.
+            if let Some(running) = self.cpus[cpu].running {
+                if self.threads[running].spinning {
+                    self.threads[running].spinning = false;
+                    self.step_after(running, 0.0);
+                }
+            }
         }
     }
 

@@ -67,6 +67,8 @@ pub const MAX_VIRTUAL_NS: Ns = 10_000_000_000;
 pub const MAX_PRODUCERS: usize = 4096;
 /// The largest per-producer depth.
 pub const MAX_DEPTH: usize = 4096;
+/// The most items or I/Os in flight over all producers (each I/O is a record).
+pub const MAX_IN_FLIGHT: usize = 1 << 20;
 
 /// A run the simulator refuses.
 #[derive(Debug, thiserror::Error)]
@@ -178,6 +180,12 @@ fn validate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<(), Si
     };
     if depth == 0 || depth > MAX_DEPTH {
         return bad(format!("depth {depth} is outside 1..={MAX_DEPTH}"));
+    }
+    if depth * producers.len() > MAX_IN_FLIGHT {
+        return bad(format!(
+            "{} producers x depth {depth} in flight; the simulator takes at most {MAX_IN_FLIGHT}",
+            producers.len()
+        ));
     }
     match spec.length {
         RunLength::Duration(0) => bad("the run lasts no time".to_owned()),

@@ -294,6 +294,7 @@ impl Sim<'_> {
         p.worklist.push_back((item, pwq));
         if !p.spinners.is_empty() {
             let spinner = p.spinners.remove(0);
+            self.threads[spinner].spinning = false;
             let ns = self.c2c(cpu, self.threads[spinner].cpu);
             self.step_after(spinner, ns);
         }
@@ -458,12 +459,14 @@ impl Sim<'_> {
     /// The spin itself: poll for `IDLE_SPIN`, cut short by a push.
     pub fn spin(&mut self, tid: Tid, pool: usize) {
         self.world.pools[pool].spinners.push(tid);
+        self.threads[tid].spinning = true;
         let budget = self.world.pools[pool].spin_for;
         self.step_after(tid, budget.as_nanos() as f64);
     }
 
     /// The spin is over (timed out or told of a push): no more notifications.
     pub fn spin_end(&mut self, tid: Tid) {
+        self.threads[tid].spinning = false;
         if let Role::Worker(pool) = self.threads[tid].role {
             self.world.pools[pool].spinners.retain(|&t| t != tid);
         }

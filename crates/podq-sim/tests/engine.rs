@@ -267,6 +267,12 @@ fn bad_runs_are_refused_with_the_reason() {
     assert!(err(spec(queue(vec![99]), RunLength::Items(1))).contains("CPU 99"));
     assert!(err(spec(queue(vec![0]), RunLength::Duration(11_000_000_000))).contains("10 s"));
     assert!(err(spec(queue(vec![0]), RunLength::Items(0))).contains("zero items"));
+    let flood = Workload::Throughput {
+        producer_cpus: vec![0; 4096],
+        depth: 4096,
+        item_ns: 1,
+    };
+    assert!(err(spec(flood, RunLength::Items(1))).contains("at most 1048576"));
     let mut bad = params.clone();
     bad.wake = -1.0;
     let e = simulate(&topo, &bad, &spec(queue(vec![0]), RunLength::Items(1)));

@@ -11,6 +11,7 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::error::quote;
 use crate::Error;
 
 const BITS: usize = 64;
@@ -53,6 +54,23 @@ impl CpuSet {
         let was = self.words[w] & (1 << b) != 0;
         self.words[w] |= 1 << b;
         !was
+    }
+
+    /// Adds `lo..=hi` a word at a time, so a range costs its length / 64, not its length.
+    fn insert_range(&mut self, lo: usize, hi: usize) {
+        let (first, last) = (lo / BITS, hi / BITS);
+        if last >= self.words.len() {
+            self.words.resize(last + 1, 0);
+        }
+        let low_mask = !0u64 << (lo % BITS);
+        let high_mask = !0u64 >> (BITS - 1 - hi % BITS);
+        if first == last {
+            self.words[first] |= low_mask & high_mask;
+            return;
+        }
+        self.words[first] |= low_mask;
+        self.words[first + 1..last].fill(!0);
+        self.words[last] |= high_mask;
     }
 
     /// Removes `cpu`; returns whether it was present.
@@ -160,12 +178,16 @@ impl CpuSet {
 
     /// Parses a sysfs cpulist such as `0-3,8-11`. Empty text, a trailing newline and
     /// trailing NUL bytes are tolerated; stride syntax (`0-15:4`) is rejected because
-    /// sysfs never prints it.
+    /// sysfs never prints it. CPUs from [`MAX_CPUS`] on and texts longer than
+    /// [`MAX_TEXT_BYTES`] are refused.
     pub fn parse_list(text: &str) -> Result<Self, Error> {
         let err = |reason: &str| Error::CpuList {
             text: text.to_owned(),
             reason: reason.to_owned(),
         };
+        if text.len() > MAX_TEXT_BYTES {
+            return Err(err(&too_long(text)));
+        }
         let body = trim_sysfs(text);
         let mut set = Self::new();
         if body.is_empty() {
@@ -177,31 +199,32 @@ impl CpuSet {
                 Some((lo, hi)) => (lo, hi),
                 None => (part, part),
             };
-            let lo: usize =
-                parse_cpu(lo).ok_or_else(|| err(&format!("bad CPU number in `{part}`")))?;
-            let hi: usize =
-                parse_cpu(hi).ok_or_else(|| err(&format!("bad CPU number in `{part}`")))?;
+            let bad = || err(&format!("bad CPU number in {}", quote(part)));
+            let lo: usize = parse_cpu(lo).ok_or_else(bad)?;
+            let hi: usize = parse_cpu(hi).ok_or_else(bad)?;
             if lo > hi {
-                return Err(err(&format!("range `{part}` runs backwards")));
+                return Err(err(&format!("range {} runs backwards", quote(part))));
             }
             if hi >= MAX_CPUS {
                 return Err(err(&format!("CPU {hi} is beyond the {MAX_CPUS}-CPU limit")));
             }
-            for cpu in lo..=hi {
-                set.insert(cpu);
-            }
+            set.insert_range(lo, hi);
         }
         Ok(set)
     }
 
     /// Parses a comma-grouped hex mask of any width, most significant group first, as
     /// sysfs prints `cpumap`/`shared_cpu_map` (`00000000,0000ffff`). A `0x` prefix, a
-    /// trailing newline and trailing NUL bytes are tolerated.
+    /// trailing newline and trailing NUL bytes are tolerated; masks wider than
+    /// [`MAX_CPUS`] and texts longer than [`MAX_TEXT_BYTES`] are refused.
     pub fn parse_mask(text: &str) -> Result<Self, Error> {
         let err = |reason: &str| Error::CpuMask {
             text: text.to_owned(),
             reason: reason.to_owned(),
         };
+        if text.len() > MAX_TEXT_BYTES {
+            return Err(err(&too_long(text)));
+        }
         let body = trim_sysfs(text);
         let body = body.strip_prefix("0x").unwrap_or(body);
         if body.is_empty() {
@@ -216,9 +239,12 @@ impl CpuSet {
         }
         let mut set = Self::new();
         for (nibble_index, &c) in digits.iter().rev().enumerate() {
-            let value = (c as char)
-                .to_digit(16)
-                .ok_or_else(|| err(&format!("`{}` is not a hex digit", c as char)))?;
+            let value = (c as char).to_digit(16).ok_or_else(|| {
+                err(&format!(
+                    "{} is not a hex digit",
+                    quote(&char::from(c).to_string())
+                ))
+            })?;
             for bit in 0..4 {
                 if value & (1 << bit) != 0 {
                     set.insert(nibble_index * 4 + bit);
@@ -259,6 +285,20 @@ impl CpuSet {
 /// The largest CPU number plus one that text input may name. Far above any real
 /// machine; it bounds the memory a hostile input can make the parser allocate.
 pub const MAX_CPUS: usize = 1 << 16;
+
+/// The longest cpulist or mask text accepted, and the largest sysfs file read. The
+/// longest list of CPUs below [`MAX_CPUS`] (every other CPU) is 187 KiB; real sysfs
+/// files are a few KiB. Together with [`MAX_CPUS`] it bounds a parse's work: at most
+/// 32 Ki ranges of at most 1 Ki words each.
+pub const MAX_TEXT_BYTES: usize = 256 << 10;
+
+fn too_long(text: &str) -> String {
+    format!(
+        "{} bytes, more than the {} KiB limit",
+        text.len(),
+        MAX_TEXT_BYTES >> 10
+    )
+}
 
 fn parse_cpu(text: &str) -> Option<usize> {
     if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {

@@ -46,7 +46,7 @@ pub mod synthetic;
 mod sysfs;
 mod topology;
 
-pub use cpuset::{CpuSet, Iter, MAX_CPUS};
+pub use cpuset::{CpuSet, Iter, MAX_CPUS, MAX_TEXT_BYTES};
 pub use error::Error;
 pub use pods::PodLayout;
 pub use report::PodsReport;

@@ -9,12 +9,18 @@ use crate::{CpuSet, Error};
 /// The calling thread's CPU affinity mask (`sched_getaffinity`), of any width: the
 /// buffer doubles until the kernel's mask fits, so machines beyond 1024 CPUs work.
 pub fn affinity() -> Result<CpuSet, Error> {
+    affinity_of(0)
+}
+
+/// The CPU affinity mask of thread `tid` (0: the calling thread; a process id names
+/// its main thread), of any width, as [`affinity`].
+pub fn affinity_of(tid: libc::pid_t) -> Result<CpuSet, Error> {
     let mut words: Vec<libc::c_ulong> = vec![0; 16];
     loop {
         let bytes = std::mem::size_of_val(words.as_slice());
         // SAFETY: `words` is a live, writable buffer of exactly `bytes` bytes, and the
         // kernel writes at most `bytes` bytes into it.
-        let rc = unsafe { libc::sched_getaffinity(0, bytes, words.as_mut_ptr().cast()) };
+        let rc = unsafe { libc::sched_getaffinity(tid, bytes, words.as_mut_ptr().cast()) };
         if rc >= 0 {
             break;
         }
@@ -39,6 +45,31 @@ pub fn affinity() -> Result<CpuSet, Error> {
         }
     }
     Ok(set)
+}
+
+/// Binds thread `tid` (0: the calling thread; a process id names its main thread) to
+/// `cpus` (`sched_setaffinity`), of any width: the mask passed is as wide as the
+/// highest CPU needs, so CPUs beyond 1023 work. An empty set is refused by the kernel
+/// (`EINVAL`), as is a set with no CPU the thread may use.
+pub fn set_affinity_of(tid: libc::pid_t, cpus: &CpuSet) -> Result<(), Error> {
+    let bits = libc::c_ulong::BITS as usize;
+    let len = cpus.last().map_or(0, |c| c / bits + 1).max(16);
+    let mut words: Vec<libc::c_ulong> = vec![0; len];
+    for c in cpus {
+        words[c / bits] |= 1 << (c % bits);
+    }
+    let bytes = std::mem::size_of_val(words.as_slice());
+    // SAFETY: `words` is a live buffer of exactly `bytes` bytes, which the kernel only
+    // reads.
+    let rc = unsafe { libc::sched_setaffinity(tid, bytes, words.as_ptr().cast()) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(Error::Io {
+            path: PathBuf::from("sched_setaffinity"),
+            source: std::io::Error::last_os_error(),
+        })
+    }
 }
 
 /// The CPUs of this process's cgroup cpuset (`cpuset.cpus.effective` on cgroup v2,
@@ -94,6 +125,7 @@ fn cpuset_files(proc_self_cgroup: &str, mount: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::MAX_CPUS;
 
     #[test]
     fn affinity_is_not_empty() {
@@ -103,6 +135,23 @@ mod tests {
             CpuSet::parse_list(&fs::read_to_string("/sys/devices/system/cpu/online").unwrap())
                 .unwrap();
         assert!(set.is_subset(&online), "{set} not within online {online}");
+    }
+
+    #[test]
+    fn set_affinity_round_trips_on_a_thread() {
+        let all = affinity().unwrap();
+        let first = all.first().unwrap();
+        let seen = std::thread::spawn(move || {
+            set_affinity_of(0, &CpuSet::single(first)).unwrap();
+            let narrowed = affinity().unwrap();
+            let refused = set_affinity_of(0, &CpuSet::single(MAX_CPUS - 1)).unwrap_err();
+            (narrowed, refused.to_string())
+        })
+        .join()
+        .unwrap();
+        assert_eq!(seen.0, CpuSet::single(first));
+        assert!(seen.1.contains("sched_setaffinity"), "{}", seen.1);
+        assert_eq!(affinity().unwrap(), all, "other threads are not affected");
     }
 
     #[test]

@@ -143,12 +143,16 @@ fn first_with_same_key<K: Eq + std::hash::Hash>(
 fn first_smt_sharer(topology: &Topology) -> Vec<Option<usize>> {
     let usable = topology.usable();
     let mut sharer: Vec<Option<usize>> = vec![None; table_len(usable)];
+    // Usable CPUs above `pre` without a sharer yet: each SMT set costs one pass over
+    // its words, not one step per member (sets can be the whole machine).
+    let mut waiting = usable.clone();
     for pre in usable {
-        for cur in &topology.facts(pre).smt {
-            if cur > pre && sharer[cur].is_none() {
-                sharer[cur] = Some(pre);
-            }
+        waiting.remove(pre);
+        let joined = topology.facts(pre).smt.intersection(&waiting);
+        for cur in &joined {
+            sharer[cur] = Some(pre);
         }
+        waiting = waiting.difference(&joined);
     }
     sharer
 }

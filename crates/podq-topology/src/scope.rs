@@ -149,7 +149,11 @@ mod tests {
             "cache_sharded",
         ] {
             let err = bad.parse::<Scope>().unwrap_err().to_string();
-            assert!(err.contains(&format!("`{bad}`")), "{err}");
+            // Control characters are quoted escaped.
+            assert!(
+                err.contains(&format!("`{}`", bad.escape_default())),
+                "{err}"
+            );
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 
+use crate::error::quote;
 use crate::source::Source;
 use crate::{CpuFacts, CpuSet, Error, Topology};
 
@@ -27,9 +28,9 @@ struct Raw {
     smt: CpuSet,
     /// `None`: no cache information; the LLC falls back to package ∩ node.
     llc: Option<CpuSet>,
-    package: Package,
 }
 
+#[derive(Clone, Debug)]
 enum Package {
     Set(CpuSet),
     Id(i64),
@@ -92,7 +93,7 @@ impl Reader<'_> {
         let t = crate::cpuset::trim_sysfs(&text);
         t.parse()
             .map(Some)
-            .map_err(|_| self.malformed(rel, format!("expected a number, found `{t}`")))
+            .map_err(|_| self.malformed(rel, format!("expected a number, found {}", quote(t))))
     }
 
     fn topology(mut self) -> Result<Topology, Error> {
@@ -123,17 +124,19 @@ impl Reader<'_> {
         }
 
         let mut raw = BTreeMap::new();
+        let mut package_of = BTreeMap::new();
         let mut no_cache = CpuSet::new();
         let mut no_package_id = CpuSet::new();
         for cpu in &usable {
-            let r = self.cpu(cpu)?;
+            let (r, package) = self.cpu(cpu)?;
             if r.llc.is_none() {
                 no_cache.insert(cpu);
             }
-            if matches!(r.package, Package::Id(id) if id < 0) {
+            if matches!(package, Package::Id(id) if id < 0) {
                 no_package_id.insert(cpu);
             }
             raw.insert(cpu, r);
+            package_of.insert(cpu, package);
         }
         if !no_package_id.is_empty() {
             self.warnings.push(format!(
@@ -141,7 +144,9 @@ impl Reader<'_> {
             ));
         }
         let nodes = self.nodes(&usable)?;
-        let packages = packages(&usable, &raw);
+        let packages = packages(&usable, &package_of);
+        // Package sets are not needed past here; at the CPU limit they take 8 KiB each.
+        drop(package_of);
         if !no_cache.is_empty() {
             let which = if no_cache == usable {
                 "any CPU".to_owned()
@@ -152,16 +157,21 @@ impl Reader<'_> {
                 "no cache information for {which}; LLC := CPUs sharing package and NUMA node"
             ));
         }
+        // The fallback LLC of each (node, package), gathered in one pass.
+        let mut fallback: BTreeMap<(usize, usize), CpuSet> = BTreeMap::new();
+        if !no_cache.is_empty() {
+            for cpu in &usable {
+                fallback
+                    .entry((nodes[&cpu], packages[&cpu]))
+                    .or_default()
+                    .insert(cpu);
+            }
+        }
         let facts: Vec<(usize, CpuFacts)> = raw
             .into_iter()
             .map(|(cpu, r)| {
                 let (node, package) = (nodes[&cpu], packages[&cpu]);
-                let llc = r.llc.unwrap_or_else(|| {
-                    usable
-                        .iter()
-                        .filter(|c| nodes[c] == node && packages[c] == package)
-                        .collect()
-                });
+                let llc = r.llc.unwrap_or_else(|| fallback[&(node, package)].clone());
                 let facts = CpuFacts {
                     smt: r.smt,
                     llc,
@@ -201,7 +211,9 @@ impl Reader<'_> {
                     online.insert(cpu);
                 }
                 other => {
-                    return Err(self.malformed(&rel, format!("expected 0 or 1, found `{other}`")))
+                    return Err(
+                        self.malformed(&rel, format!("expected 0 or 1, found {}", quote(other)))
+                    )
                 }
             }
         }
@@ -213,7 +225,7 @@ impl Reader<'_> {
         Ok(online)
     }
 
-    fn cpu(&mut self, cpu: usize) -> Result<Raw, Error> {
+    fn cpu(&mut self, cpu: usize) -> Result<(Raw, Package), Error> {
         let topo_dir = format!("{CPU_DIR}/cpu{cpu}/topology");
         let smt = self
             .first_set(
@@ -243,7 +255,7 @@ impl Reader<'_> {
             },
         };
         let llc = self.llc(cpu, &smt)?;
-        Ok(Raw { smt, llc, package })
+        Ok((Raw { smt, llc }, package))
     }
 
     fn llc(&mut self, cpu: usize, smt: &CpuSet) -> Result<Option<CpuSet>, Error> {
@@ -298,24 +310,25 @@ impl Reader<'_> {
         let Some(nodes) = self.src.numbered(NODE_DIR, "node")? else {
             return Ok(usable.iter().map(|c| (c, 0)).collect());
         };
-        let mut listed_in: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+        // Each node costs one pass over its set's words, however many nodes list a CPU.
+        let mut placed = CpuSet::new();
+        let mut listed_twice = CpuSet::new();
         for node in nodes {
             let dir = format!("{NODE_DIR}/node{node}");
             let cpus = self
                 .first_set(&dir, &[("cpulist", Form::List), ("cpumap", Form::Mask)])?
-                .unwrap_or_default();
-            for cpu in cpus.intersection(usable).iter() {
-                node_of.entry(cpu).or_insert(node);
-                listed_in.entry(cpu).or_default().push(node);
+                .unwrap_or_default()
+                .intersection(usable);
+            listed_twice = listed_twice.union(&cpus.intersection(&placed));
+            for cpu in &cpus.difference(&placed) {
+                node_of.insert(cpu, node);
             }
+            placed = placed.union(&cpus);
         }
-        for (cpu, nodes) in listed_in {
-            if nodes.len() > 1 {
-                self.warnings.push(format!(
-                    "cpu{cpu} is listed in several NUMA nodes {nodes:?}; using node{}",
-                    nodes[0]
-                ));
-            }
+        if !listed_twice.is_empty() {
+            self.warnings.push(format!(
+                "CPUs {listed_twice} are listed in several NUMA nodes; each takes its lowest"
+            ));
         }
         for cpu in usable {
             if node_of.contains_key(&cpu) {
@@ -346,26 +359,130 @@ impl Reader<'_> {
 
 /// Dense package numbers: a CPU joins the package of the first lower CPU it shares a
 /// package with (the kernel's generic builder), so ids follow the lowest CPU.
-fn packages(usable: &CpuSet, raw: &BTreeMap<usize, Raw>) -> BTreeMap<usize, usize> {
-    let same = |cur: usize, pre: usize| match (&raw[&cur].package, &raw[&pre].package) {
-        (_, Package::Set(set)) => set.contains(cur),
-        (Package::Id(a), Package::Id(b)) => a == b,
-        (Package::Unknown, Package::Unknown) => true,
-        _ => false,
-    };
+///
+/// "Shares" is: the lower CPU's package set holds it, or both have the same
+/// `physical_package_id`, or neither says anything. Rather than scan every lower CPU
+/// (quadratic), the lowest candidate of each kind is kept as CPUs go by; a package set
+/// costs one pass over its words.
+fn packages(usable: &CpuSet, package_of: &BTreeMap<usize, Package>) -> BTreeMap<usize, usize> {
     let mut ids: BTreeMap<usize, usize> = BTreeMap::new();
+    // CPU -> the lowest lower CPU whose package set holds it.
+    let mut set_sharer: BTreeMap<usize, usize> = BTreeMap::new();
+    // Usable CPUs above the current one that no package set has claimed yet.
+    let mut unclaimed = usable.clone();
+    let mut first_with_id: BTreeMap<i64, usize> = BTreeMap::new();
+    let mut first_unknown: Option<usize> = None;
     let mut next = 0;
     for cur in usable {
-        let id = usable
-            .iter()
-            .take_while(|&pre| pre < cur)
-            .find(|&pre| same(cur, pre))
-            .map(|pre| ids[&pre]);
-        let id = id.unwrap_or_else(|| {
-            next += 1;
-            next - 1
-        });
+        unclaimed.remove(cur);
+        let package = &package_of[&cur];
+        let same_kind = match package {
+            Package::Id(id) => first_with_id.get(id).copied(),
+            Package::Unknown => first_unknown,
+            Package::Set(_) => None,
+        };
+        let sharer = match (set_sharer.get(&cur).copied(), same_kind) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let id = sharer.map_or_else(
+            || {
+                next += 1;
+                next - 1
+            },
+            |pre| ids[&pre],
+        );
         ids.insert(cur, id);
+        match package {
+            Package::Set(set) => {
+                let claimed = set.intersection(&unclaimed);
+                for cpu in &claimed {
+                    set_sharer.insert(cpu, cur);
+                }
+                unclaimed = unclaimed.difference(&claimed);
+            }
+            Package::Id(id) => {
+                first_with_id.entry(*id).or_insert(cur);
+            }
+            Package::Unknown => {
+                first_unknown.get_or_insert(cur);
+            }
+        }
     }
     ids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The kernel's scan, as it reads: each CPU against every lower one.
+    fn naive_packages(
+        usable: &CpuSet,
+        package_of: &BTreeMap<usize, Package>,
+    ) -> BTreeMap<usize, usize> {
+        let same = |cur: usize, pre: usize| match (&package_of[&cur], &package_of[&pre]) {
+            (_, Package::Set(set)) => set.contains(cur),
+            (Package::Id(a), Package::Id(b)) => a == b,
+            (Package::Unknown, Package::Unknown) => true,
+            _ => false,
+        };
+        let mut ids: BTreeMap<usize, usize> = BTreeMap::new();
+        let mut next = 0;
+        for cur in usable {
+            let id = usable
+                .iter()
+                .take_while(|&pre| pre < cur)
+                .find(|&pre| same(cur, pre))
+                .map_or_else(
+                    || {
+                        next += 1;
+                        next - 1
+                    },
+                    |pre| ids[&pre],
+                );
+            ids.insert(cur, id);
+        }
+        ids
+    }
+
+    #[test]
+    fn packages_follow_the_lowest_sharer() {
+        // 0,1: one set; 2: id 7; 3: in 0's set too late (0's set has no 3) but id 7;
+        // 4: unknown; 5: unknown; 6: claimed by 1's set.
+        let package_of: BTreeMap<usize, Package> = [
+            (0, Package::Set([0, 1].into_iter().collect())),
+            (1, Package::Set([1, 6].into_iter().collect())),
+            (2, Package::Id(7)),
+            (3, Package::Id(7)),
+            (4, Package::Unknown),
+            (5, Package::Unknown),
+            (6, Package::Id(9)),
+        ]
+        .into_iter()
+        .collect();
+        let usable = CpuSet::first_n(7);
+        let ids: Vec<usize> = packages(&usable, &package_of).into_values().collect();
+        assert_eq!(ids, vec![0, 0, 1, 1, 2, 2, 0]);
+    }
+
+    proptest! {
+        #[test]
+        fn packages_equal_the_kernel_scan(
+            kinds in proptest::collection::vec(
+                prop_oneof![
+                    proptest::collection::btree_set(0..24usize, 0..6)
+                        .prop_map(|s| Package::Set(s.into_iter().collect())),
+                    (-1..3i64).prop_map(Package::Id),
+                    Just(Package::Unknown),
+                ],
+                1..24,
+            )
+        ) {
+            let package_of: BTreeMap<usize, Package> = kinds.into_iter().enumerate().collect();
+            let usable: CpuSet = package_of.keys().copied().collect();
+            prop_assert_eq!(packages(&usable, &package_of), naive_packages(&usable, &package_of));
+        }
+    }
 }

@@ -128,7 +128,22 @@ impl Topology {
     ///
     /// NUL bytes and missing trailing newlines are tolerated everywhere. A file that
     /// exists but cannot be read or parsed is an error naming it; so is a root without
-    /// `sys/devices/system/cpu` or without an online CPU. Doubtful but usable input
+    /// `sys/devices/system/cpu` or without an online CPU.
+    ///
+    /// # Limits on hostile input
+    /// Each ends the read at once with an error naming the file or entry:
+    /// - a `cpuN`, `nodeN` or `indexN` entry with `N` from [`crate::MAX_CPUS`] on;
+    /// - a file read that is a symbolic link (links to folders above it are followed),
+    ///   a folder, a FIFO or a device (files are opened without blocking and checked
+    ///   before reading), or larger than [`crate::MAX_TEXT_BYTES`];
+    /// - in an archive: an entry name over 4096 bytes, more than 512 MiB out of the
+    ///   decompressor, or more than 256 MiB kept (file contents, names and 128 bytes an
+    ///   entry). Only entries below `sys/devices/system`, at most 8 components deep
+    ///   (the deepest file read), are kept.
+    ///
+    /// Error messages quote at most the first 64 characters of rejected text. Memory
+    /// grows with the CPUs and their groups: each CPU keeps its SMT and LLC sets, so at
+    /// the CPU limit with machine-wide groups a topology takes about 1 GiB. Doubtful but usable input
     /// (fallbacks, CPUs in several nodes) is reported in [`Topology::warnings`].
     pub fn from_sysfs(root: &Path) -> Result<Topology, Error> {
         let meta = std::fs::metadata(root).map_err(|source| Error::Io {

@@ -6,20 +6,9 @@ use std::path::PathBuf;
 use podq_topology::{PodsReport, Scope, Topology};
 use serde_json::Value;
 
-/// The shared fixtures: `$PODQ_FIXTURES`, else `<repo>/../shared/fixtures/sysfs`.
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("PODQ_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/sysfs"),
-    };
-    assert!(
-        dir.is_dir(),
-        "sysfs fixtures not found at {}: put the shared fixtures next to the checkout \
-         (../shared/fixtures/sysfs) or set PODQ_FIXTURES",
-        dir.display()
-    );
-    dir
-}
+#[path = "support/fixtures_dir.rs"]
+mod fixtures_dir;
+use fixtures_dir::fixtures_dir;
 
 fn fixtures() -> Vec<(String, PathBuf, PathBuf)> {
     let dir = fixtures_dir();

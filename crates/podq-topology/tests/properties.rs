@@ -124,10 +124,11 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(512))]
 
-    /// Garbage never panics the parsers: it parses, or the error quotes the text.
+    /// Garbage never panics the parsers: it parses, or the error quotes the text
+    /// (control characters escaped).
     #[test]
     fn parsers_never_panic(text in "[0-9a-fx,\\-: \\n\\x00]{0,40}") {
-        let quoted = format!("`{}`", text);
+        let quoted = format!("`{}`", text.escape_default());
         match CpuSet::parse_list(&text) {
             Ok(set) => prop_assert_eq!(CpuSet::parse_list(&set.to_list()).unwrap(), set),
             Err(e) => prop_assert!(e.to_string().contains(&quoted)),
@@ -135,6 +136,19 @@ proptest! {
         match CpuSet::parse_mask(&text) {
             Ok(set) => prop_assert_eq!(CpuSet::parse_mask(&set.to_mask()).unwrap(), set),
             Err(e) => prop_assert!(e.to_string().contains(&quoted)),
+        }
+    }
+
+    /// However long the rejected text, an error quotes only its first 64 characters.
+    #[test]
+    fn errors_quote_a_short_prefix(text in "[0-9,\\-x]{65,3000}") {
+        for err in [CpuSet::parse_list(&text).err(), CpuSet::parse_mask(&text).err()]
+            .into_iter()
+            .flatten()
+        {
+            let msg = err.to_string();
+            prop_assert!(msg.contains(&format!("`{}…` ({} bytes)", &text[..64], text.len())), "{}", msg);
+            prop_assert!(msg.len() < 300, "{}", msg);
         }
     }
 

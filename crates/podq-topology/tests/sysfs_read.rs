@@ -3,9 +3,13 @@
 //! machine reads back to the same pods.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use podq_topology::{PodsReport, Scope, Topology};
+
+#[path = "support/fixtures_dir.rs"]
+mod fixtures_dir;
+use fixtures_dir::fixtures_dir;
 
 const CPU: &str = "sys/devices/system/cpu";
 
@@ -281,19 +285,6 @@ fn write_tar(path: &Path, files: &[(&str, &str)]) {
         tar.append_data(&mut h, name, content.as_bytes()).unwrap();
     }
     tar.into_inner().unwrap().finish().unwrap();
-}
-
-fn fixtures_dir() -> PathBuf {
-    let dir = match std::env::var_os("PODQ_FIXTURES") {
-        Some(dir) => PathBuf::from(dir),
-        None => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/fixtures/sysfs"),
-    };
-    assert!(
-        dir.is_dir(),
-        "sysfs fixtures not found at {} (set PODQ_FIXTURES)",
-        dir.display()
-    );
-    dir
 }
 
 fn report(topo: &Topology) -> PodsReport {

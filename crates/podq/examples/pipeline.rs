@@ -113,6 +113,8 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
         pipeline.parse.effective_scope()
     );
     for stage in [&pipeline.parse, &pipeline.compute, &pipeline.reply] {
+        // The last handler signals before its item is counted complete: flush first.
+        stage.flush();
         let stats = stage.stats();
         let ran: u64 = stats.pools.iter().map(|p| p.started).sum();
         let same_cpu: u64 = stats.pools.iter().map(|p| p.locality.same_cpu).sum();

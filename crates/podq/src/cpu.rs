@@ -82,45 +82,16 @@ pub(crate) fn read_usable() -> Result<CpuSet, Error> {
 }
 
 fn process_affinity() -> Result<CpuSet, Error> {
-    // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
     // The process's (main thread's) mask, not the calling thread's: a pinned thread
     // building the first workqueue must not narrow what podq believes it may use.
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
-    let rc =
-        unsafe { libc::sched_getaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
-    if rc != 0 {
-        return Err(Error::Os {
-            call: "sched_getaffinity",
-            source: std::io::Error::last_os_error(),
-        });
-    }
-    Ok((0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `c` is below CPU_SETSIZE, the capacity of `raw`.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &raw) })
-        .collect())
+    Ok(podq_topology::live::affinity_of(pid)?)
 }
 
-/// Binds the calling thread to `cpus` (real CPU numbers).
+/// Binds the calling thread to `cpus` (real CPU numbers, any width).
 pub(crate) fn set_affinity(cpus: &CpuSet) -> Result<(), Error> {
-    // SAFETY: cpu_set_t is plain data; all-zero is a valid (empty) set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter().filter(|&c| c < libc::CPU_SETSIZE as usize) {
-        // SAFETY: `c` is below CPU_SETSIZE, the capacity of `raw`.
-        unsafe { libc::CPU_SET(c, &mut raw) };
-    }
-    // SAFETY: `raw` is a valid cpu_set_t of the size passed; pid 0 is this thread.
-    let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(Error::Os {
-            call: "sched_setaffinity",
-            source: std::io::Error::last_os_error(),
-        })
-    }
+    Ok(podq_topology::live::set_affinity_of(0, cpus)?)
 }
 
 /// Sets the calling thread's nice value.

@@ -1,7 +1,7 @@
 //! Delayed work: one timer thread for the whole process, a binary heap of deadlines and
 //! a condvar (not a thread per item).
 //!
-//! Legend: L guarded by `Timer::state`; the work item's own state word decides whether a
+//! Legend: X guarded by `Timer::state`; I set at init; the work item's own state word decides whether a
 //! heap entry is still valid (see `work/README.md`: entries carry a sequence number and
 //! go stale when the item is cancelled or re-armed, so nothing is removed from the heap
 //! eagerly).
@@ -193,7 +193,7 @@ impl Ord for TimerEntry {
     }
 }
 
-/// Everything the timer lock guards (all L).
+/// Everything the timer lock guards (all X).
 #[derive(Default)]
 struct TimerState {
     heap: BinaryHeap<TimerEntry>,
@@ -201,9 +201,9 @@ struct TimerState {
 }
 
 struct Timer {
-    /// L: the heap.
+    /// X: the heap.
     state: Mutex<TimerState>,
-    /// L: signalled when an earlier deadline is armed.
+    /// X: signalled when an earlier deadline is armed.
     wake: Condvar,
 }
 

@@ -63,7 +63,7 @@ pub enum Error {
     #[error("workqueue name must not be empty")]
     EmptyName,
     /// An operating-system call failed.
-    #[error("{call} failed: {source}")]
+    #[error("{call} failed")]
     Os {
         /// The call.
         call: &'static str,
@@ -74,25 +74,6 @@ pub enum Error {
     /// The topology could not be read or built.
     #[error(transparent)]
     Topology(#[from] podq_topology::Error),
-
-    // Reading procfs (`crate::procfs`).
-    /// A procfs or sysfs file could not be read.
-    #[error("cannot read {}: {source}", path.display())]
-    ProcRead {
-        /// The file.
-        path: std::path::PathBuf,
-        /// The underlying error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A procfs or sysfs file is not in the expected format.
-    #[error("{}: {reason}", path.display())]
-    ProcMalformed {
-        /// The file.
-        path: std::path::PathBuf,
-        /// What is wrong with it.
-        reason: String,
-    },
 }
 
 /// A refused [`crate::Workqueue::try_spawn`]: why, and the closure, given back unrun.

@@ -5,10 +5,10 @@
 //! retried after the create cooldown ([`set_create_cooldown`]); meanwhile workqueues
 //! built with a rescuer (`WorkqueueBuilder::rescuer`) keep their items moving. The
 //! protocol is described in `pool/rescue.rs`. Failures can be injected for tests with
-//! the `test-util` feature ([`fail_worker_spawns`]).
+//! the `test-util` feature (`fail_worker_spawns`).
 //!
 //! Legend: A atomic (`Relaxed`: plain settings read on the slow spawn path, pairing
-//! with nothing); H guarded by `ERROR_HOOK`.
+//! with nothing); E guarded by the hook's own lock.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, RwLock};
@@ -42,7 +42,7 @@ pub struct ErrorReport<'a> {
 /// An error hook, shared by the workqueues it was given to.
 pub(crate) type ErrorHook = Arc<dyn Fn(&ErrorReport<'_>) + Send + Sync>;
 
-/// H: the process-wide error hook.
+/// E: the process-wide error hook.
 static ERROR_HOOK: RwLock<Option<ErrorHook>> = RwLock::new(None);
 
 /// Sets the process-wide hook called for every fault the runtime handles without

@@ -4,7 +4,7 @@
 //! in one [`Spawned`] block, shared by the queue entry ([`OnceTask`]) and the handle.
 //! Completing it takes one uncontended lock and no system call unless someone waits.
 //!
-//! Legend: F guarded by `Spawned::f` (taken once, by the entry's owner); L guarded by
+//! Legend: D guarded by `Spawned::f` (taken once, by the entry's owner); O guarded by
 //! `Spawned::slot`.
 
 use std::any::Any;
@@ -79,7 +79,7 @@ enum Waiter {
     Task(Waker),
 }
 
-/// Everything the slot lock guards (all L).
+/// Everything the slot lock guards (all O).
 struct Slot<T> {
     /// The result, once the item finished (taken by the handle).
     result: Option<Result<T, Panicked>>,
@@ -91,9 +91,9 @@ struct Slot<T> {
 
 /// The one block of a spawned item.
 struct Spawned<F, T> {
-    /// F: the closure, until it runs or is dropped.
+    /// D: the closure, until it runs or is dropped.
     f: Mutex<Option<F>>,
-    /// L: result and waiter.
+    /// O: result and waiter.
     slot: Mutex<Slot<T>>,
 }
 

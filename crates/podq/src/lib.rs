@@ -36,6 +36,60 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//!
+//! # Shared state: legends and the lock graph
+//!
+//! Each field of shared state begins its doc with a rule letter from its module's
+//! legend. A letter means one thing in the whole crate:
+//!
+//! | letter | rule | where |
+//! |---|---|---|
+//! | I | set at init, read-only after | everywhere |
+//! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
+//! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
+//! | W | thread-private (a thread-local) | `context`, `pool`, `workqueue`, `cpu` |
+//! | M | `WqShared::config` | `workqueue` |
+//! | T | `WqShared::table` | `workqueue` |
+//! | S | `WqShared::pwqs` | `workqueue` |
+//! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
+//! | N | `NodeActive::pending` | `workqueue` |
+//! | F | `FlushDomain::lock` | `workqueue::flush` |
+//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids) | `workqueue` |
+//! | L | `PoolCore::state` (the pool lock) | `pool` |
+//! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
+//! | J | `PoolCore::joins` | `pool` |
+//! | R | `PoolCounters::workers` | `stats` |
+//! | B | the manager's `MANAGER.state` | `pool::rescue` |
+//! | U | the rescuer table `RESCUERS` | `pool::rescue` |
+//! | Q | `Rescuer::maydays` | `pool::rescue` |
+//! | X | the timer's `Timer::state` | `delayed` |
+//! | H | a work item's handoff slot | `work::state` |
+//! | C | a work item's waiters (with its condvar) | `work::state` |
+//! | D | a spawned item's closure `Spawned::f` | `join` |
+//! | O | a spawned item's result slot `Spawned::slot` | `join` |
+//! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
+//!
+//! The lock graph: a lock may be taken while holding only locks to its left on a
+//! path (an arrow means "is held while taking"); locks not on a path are leaves, held
+//! alone:
+//!
+//! ```text
+//! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool ─→ K worklist
+//!                                              │                     ↑          ↑
+//!                                              │          F flush ───┴──────────┘
+//!                                              ├─→ G pools by key
+//!                                              └─→ cpu::REAL (usable CPUs)
+//! L pool ─→ B manager
+//! U rescuers ─→ Q maydays
+//! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
+//!         H handoff, C waiters, D and O of a spawned item, E hooks, `DelayedWork` target,
+//!         the control server's registries (released before calling the runtime)
+//! ```
+//!
+//! Rules that keep it acyclic: a pool's last handle (whose drop takes its lock and
+//! joins workers) is dropped only with no lock held (`Released`, teardown); the manager
+//! thread never takes a pool lock while holding its own; hooks and timers run with
+//! no podq lock held.
 
 mod attrs;
 mod context;
@@ -47,7 +101,6 @@ mod error;
 pub mod fault;
 mod join;
 mod pool;
-pub mod procfs;
 pub mod stats;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]
@@ -55,8 +108,9 @@ pub mod testing;
 mod work;
 mod workqueue;
 
-/// The README's library quick-start, run as doc tests so that it stays true.
-#[cfg(doctest)]
+/// The README's library quick-start, run as doc tests so that it stays true (it
+/// starts the control server, so only with the `control` feature).
+#[cfg(all(doctest, feature = "control"))]
 #[doc = include_str!("../../../README.md")]
 pub struct ReadmeDoctests;
 
@@ -97,7 +151,7 @@ pub struct PanicReport<'a> {
 /// A panic hook, shared by the workqueues it was given to.
 pub(crate) type PanicHook = Arc<dyn Fn(&PanicReport<'_>) + Send + Sync>;
 
-/// The process-wide panic hook (its own lock; taken alone).
+/// E: the process-wide panic hook.
 static PANIC_HOOK: RwLock<Option<PanicHook>> = RwLock::new(None);
 
 /// Sets the process-wide hook called (on the worker, after the item unwound) for every

@@ -1,44 +1,56 @@
-//! Workqueues, their pool_workqueues (pwqs), `max_active` admission, flush, drain and
-//! live attribute changes. Protocols: `workqueue/README.md`.
+//! Workqueues, their pool_workqueues (pwqs), and the queue path: `max_active`
+//! admission, activation, flush and drain. Protocols: `workqueue/README.md`. Beside it:
+//! `builder.rs` (building one), `registry.rs` (the process-wide registries and the
+//! default scope), `apply.rs` (attribute changes), `refresh.rs` (re-reading the usable
+//! CPUs), `teardown.rs` (dropping the last handle), `flush.rs` (flush generations),
+//! `control.rs` (the control plane's view).
 //!
 //! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
 //! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
 //! (read-mostly); S guarded by `WqShared::pwqs`; P guarded by `Pwq::state`; N guarded
-//! by `NodeActive::pending`.
+//! by `NodeActive::pending`; G guarded by the registry's own mutex; W thread-private.
 //!
-//! Lock order: `config` → `table` → `pwqs` → `Pwq::state` → `NodeActive::pending` →
-//! pool lock. `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
+//! Lock order (the crate docs give the whole graph): `config` → `table` → `pwqs` →
+//! `Pwq::state` → `NodeActive::pending` → pool lock; `config` → the pools registry.
+//! `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
+mod apply;
+mod builder;
 #[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
 mod node;
 pub(crate) mod refresh;
+mod registry;
+mod teardown;
+
+pub use builder::WorkqueueBuilder;
+pub(crate) use registry::live_workqueues;
+pub use registry::{default_scope, set_default_scope};
 
 use std::cell::Cell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{OnceLock, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
 use crossbeam_utils::sync::ShardedLock;
 use podq_topology::{CpuSet, Scope, Topology};
 
-use crate::attrs::{self, PoolKey};
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
-use crate::{Attrs, Error, PanicHook, PanicReport};
+use crate::{Attrs, Error, PanicHook};
 use flush::{FlushDomain, InFlight};
 use node::NodeActive;
 
@@ -146,9 +158,13 @@ pub(crate) struct WqShared {
     nodes: Vec<NodeActive<Arc<Pwq>>>,
     /// A/F: flush generations.
     flush: FlushDomain,
-    /// A: drain calls in progress (`SeqCst`; checked by queue calls).
+    /// A: drain calls in progress (`SeqCst`: pairs with the load in `check_accepting`;
+    /// with the pwq lock both take, either a queue call sees the drain or the drain
+    /// sees the call's item in flight).
     draining: AtomicUsize,
-    /// A: set once torn down (`SeqCst`; checked by queue calls and timers).
+    /// A: set once torn down (`SeqCst`: pairs with the loads in `check_accepting` and
+    /// `enqueue_any`, so no queue call or timer counts an item after teardown saw the
+    /// pwqs empty).
     destroyed: AtomicBool,
     /// A: item counters of this workqueue.
     pub(crate) counters: ItemCounters,
@@ -186,307 +202,6 @@ struct PwqState {
     dead: bool,
 }
 
-static NEXT_WQ_ID: AtomicUsize = AtomicUsize::new(1);
-static NEXT_POOL_ID: AtomicUsize = AtomicUsize::new(0);
-
-/// Live workqueues, for `stats::all()` and default-scope changes.
-fn registry() -> &'static Mutex<Vec<Weak<WqShared>>> {
-    static WQS: OnceLock<Mutex<Vec<Weak<WqShared>>>> = OnceLock::new();
-    WQS.get_or_init(|| Mutex::new(Vec::new()))
-}
-
-/// Live pools by key, for sharing.
-fn pools() -> &'static Mutex<HashMap<PoolKey, Weak<Pool>>> {
-    static POOLS: OnceLock<Mutex<HashMap<PoolKey, Weak<Pool>>>> = OnceLock::new();
-    POOLS.get_or_init(|| Mutex::new(HashMap::new()))
-}
-
-/// Topologies seen so far, by their description, for pool keys.
-fn topology_id(topology: &Topology) -> u64 {
-    static IDS: OnceLock<Mutex<HashMap<String, u64>>> = OnceLock::new();
-    let text = format!("{topology:?}");
-    let mut ids = lock(IDS.get_or_init(|| Mutex::new(HashMap::new())));
-    let next = ids.len() as u64;
-    *ids.entry(text).or_insert(next)
-}
-
-pub(crate) fn live_workqueues() -> Vec<Arc<WqShared>> {
-    lock(registry()).iter().filter_map(Weak::upgrade).collect()
-}
-
-/// The process default scope: set by `set_default_scope`, else from
-/// `PODQ_DEFAULT_AFFINITY_SCOPE`, else `cache_shard`. A bad environment value is warned
-/// about once, on stderr, when the default is first needed: the error hook is about
-/// pools, and may not be set yet.
-fn default_cell() -> &'static Mutex<Scope> {
-    static DEFAULT: OnceLock<Mutex<Scope>> = OnceLock::new();
-    DEFAULT.get_or_init(|| {
-        let scope = env_default().unwrap_or_else(|e| {
-            eprintln!(
-                "podq: warning: {e}; using `{}` as the default scope",
-                Scope::BUILTIN_DEFAULT
-            );
-            Scope::BUILTIN_DEFAULT
-        });
-        Mutex::new(scope)
-    })
-}
-
-fn env_default() -> Result<Scope, Error> {
-    let value = std::env::var(podq_topology::DEFAULT_SCOPE_ENV).ok();
-    Ok(Scope::default_from_env_value(value.as_deref())?)
-}
-
-/// The process-wide default affinity scope that workqueues with `Scope::Default`
-/// follow: the last [`set_default_scope`], else `PODQ_DEFAULT_AFFINITY_SCOPE`, else
-/// `cache_shard`. A bad environment value reads as `cache_shard`, with one warning on
-/// stderr for the process, and [`WorkqueueBuilder::build`] refuses workqueues on
-/// `Scope::Default` while it is set.
-pub fn default_scope() -> Scope {
-    *lock(default_cell())
-}
-
-/// Sets the process-wide default scope; every live workqueue on `Scope::Default`
-/// switches to it at once (queued items finish on their old pools). `Default` itself is
-/// refused.
-///
-/// ```
-/// use podq::{Scope, Workqueue};
-///
-/// let follows = Workqueue::builder("doc-follows").build()?; // on Scope::Default
-/// let fixed = Workqueue::builder("doc-fixed").scope(Scope::Cpu).build()?;
-/// let before = podq::default_scope();
-/// podq::set_default_scope(Scope::Numa)?;
-/// assert_eq!(follows.effective_scope(), Scope::Numa);
-/// assert_eq!(fixed.effective_scope(), Scope::Cpu);
-/// assert!(podq::set_default_scope(Scope::Default).is_err());
-/// podq::set_default_scope(before)?;
-/// # Ok::<(), podq::Error>(())
-/// ```
-pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
-    if scope == Scope::Default {
-        return Err(Error::DefaultScope { scope });
-    }
-    static SERIAL: Mutex<()> = Mutex::new(());
-    let _serial = lock(&SERIAL);
-    *lock(default_cell()) = scope;
-    for wq in live_workqueues() {
-        let mut cfg = lock(&wq.config);
-        if cfg.attrs.scope == Scope::Default {
-            let attrs = cfg.attrs.clone();
-            let released = wq.apply(&mut cfg, attrs)?;
-            drop(cfg);
-            drop(released);
-        }
-    }
-    Ok(())
-}
-
-/// Builds a [`Workqueue`]; every setting has the kernel's default.
-#[derive(Clone)]
-pub struct WorkqueueBuilder {
-    name: String,
-    scope: Scope,
-    strict: bool,
-    cpumask: Option<CpuSet>,
-    max_active: usize,
-    ordered: bool,
-    nice: i32,
-    topology: Option<Topology>,
-    idle_timeout: Duration,
-    rescuer: bool,
-    panic_hook: Option<PanicHook>,
-    error_hook: Option<ErrorHook>,
-}
-
-impl fmt::Debug for WorkqueueBuilder {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("WorkqueueBuilder")
-            .field("name", &self.name)
-            .field("scope", &self.scope)
-            .field("strict", &self.strict)
-            .field("cpumask", &self.cpumask)
-            .field("max_active", &self.max_active)
-            .field("ordered", &self.ordered)
-            .field("nice", &self.nice)
-            .field("idle_timeout", &self.idle_timeout)
-            .field("rescuer", &self.rescuer)
-            .field("panic_hook", &self.panic_hook.is_some())
-            .field("error_hook", &self.error_hook.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl WorkqueueBuilder {
-    /// The hook called for each of this workqueue's items that panics, instead of the
-    /// process-wide one ([`crate::set_panic_hook`], the default). It runs on the
-    /// worker after the item unwound; a panicking hook is caught.
-    pub fn panic_hook(mut self, hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) -> Self {
-        self.panic_hook = Some(Arc::new(hook));
-        self
-    }
-
-    /// The hook told about faults the runtime handles for this workqueue (a worker
-    /// thread that could not be created for a pool its items wait on), instead of the
-    /// process-wide one ([`crate::set_error_hook`], the default). A pool shared by
-    /// several workqueues tells each waiting workqueue's hook once, and the process-wide
-    /// hook once for those without one.
-    pub fn error_hook(
-        mut self,
-        hook: impl Fn(&crate::ErrorReport<'_>) + Send + Sync + 'static,
-    ) -> Self {
-        self.error_hook = Some(Arc::new(hook));
-        self
-    }
-
-    /// Affinity scope (default: `Scope::Default`, following the process default).
-    pub fn scope(mut self, scope: Scope) -> Self {
-        self.scope = scope;
-        self
-    }
-
-    /// Confine workers to their pod (default: false).
-    pub fn strict(mut self, strict: bool) -> Self {
-        self.strict = strict;
-        self
-    }
-
-    /// CPUs the workqueue may use (default: all usable CPUs of the topology).
-    pub fn cpumask(mut self, mask: CpuSet) -> Self {
-        self.cpumask = Some(mask);
-        self
-    }
-
-    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
-    /// ignored for ordered workqueues, which run one at a time.
-    ///
-    /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
-    /// cpumask gets a share proportional to its CPUs, rounded up and never below
-    /// `min(max_active, 8)` (`WQ_DFL_MIN_ACTIVE`, so no node starves), and pools that
-    /// span nodes share a counter of `max_active` itself. The shares can add up to
-    /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
-    /// run, 3 on each node ([`policy::node_limits`]).
-    pub fn max_active(mut self, n: usize) -> Self {
-        self.max_active = n;
-        self
-    }
-
-    /// One item at a time in queueing order (default: false).
-    pub fn ordered(mut self, ordered: bool) -> Self {
-        self.ordered = ordered;
-        self
-    }
-
-    /// Nice value of the workers, `-20..=19` (default 0; -20 is the kernel's
-    /// `WQ_HIGHPRI`). Negative values need privileges: when the OS refuses, workers run
-    /// at their inherited priority and the pool's `nice_failures` counts it.
-    pub fn nice(mut self, nice: i32) -> Self {
-        self.nice = nice;
-        self
-    }
-
-    /// The machine to place work on (default: the live machine). A topology with CPUs
-    /// that are not real (a synthetic or captured one) is mapped onto the real CPUs
-    /// round-robin.
-    pub fn topology(mut self, topology: Topology) -> Self {
-        self.topology = Some(topology);
-        self
-    }
-
-    /// How long a surplus idle worker waits before exiting (default 300 s, the kernel's
-    /// `IDLE_WORKER_TIMEOUT`). Part of the pool key: pools are shared only between
-    /// workqueues with equal timeouts.
-    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
-        self.idle_timeout = timeout;
-        self
-    }
-
-    /// Give the workqueue a rescuer thread (default: false), as the kernel's
-    /// `WQ_MEM_RECLAIM`: when a pool cannot start a worker (thread limits), the rescuer
-    /// is called after 10 ms and runs this workqueue's items there, so they progress
-    /// while creation keeps failing. Costs one idle thread per workqueue.
-    pub fn rescuer(mut self, rescuer: bool) -> Self {
-        self.rescuer = rescuer;
-        self
-    }
-
-    /// Builds the workqueue, or says which setting is wrong.
-    pub fn build(self) -> Result<Workqueue, Error> {
-        if self.name.is_empty() {
-            return Err(Error::EmptyName);
-        }
-        if self.scope == Scope::Default {
-            env_default()?;
-        }
-        let (topology, live) = match self.topology {
-            Some(t) => {
-                let live = refresh::is_live_machine(&t);
-                (t, live)
-            }
-            None => (cpu::live_topology(), true),
-        };
-        let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
-        let attrs = Attrs {
-            scope: self.scope,
-            strict: self.strict,
-            cpumask,
-            nice: self.nice,
-            max_active: if self.ordered { 1 } else { self.max_active },
-            ordered: self.ordered,
-        };
-        attrs::validate(&attrs)?;
-        pool::start_manager()?;
-        let node_ids = topology.nodes();
-        let fallback = node_ids.len();
-        let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
-        for (i, &n) in node_ids.iter().enumerate() {
-            node_index[n] = i;
-        }
-        let shared = Arc::new(WqShared {
-            id: NEXT_WQ_ID.fetch_add(1, Relaxed) as u64,
-            name: self.name,
-            ordered: self.ordered,
-            topology_id: topology_id(&topology),
-            cpu_map: CpuMap::new(&topology),
-            live,
-            topology: Arc::new(topology),
-            idle_timeout: self.idle_timeout,
-            node_index,
-            config: Mutex::new(Config {
-                attrs: attrs.clone(),
-                effective_scope: Scope::BUILTIN_DEFAULT,
-                retired: Vec::new(),
-            }),
-            table: ShardedLock::new(Arc::new(Table {
-                cpu_pwq: Vec::new(),
-                dfl: None,
-                unbound: CpuSet::new(),
-            })),
-            pwqs: Mutex::new(Vec::new()),
-            nodes: (0..=fallback).map(|_| NodeActive::new()).collect(),
-            flush: FlushDomain::default(),
-            draining: AtomicUsize::new(0),
-            destroyed: AtomicBool::new(false),
-            counters: ItemCounters::default(),
-            panic_hook: self.panic_hook,
-            error_hook: self.error_hook,
-        });
-        {
-            let mut cfg = lock(&shared.config);
-            shared.apply(&mut cfg, attrs)?;
-        }
-        if self.rescuer {
-            pool::start_rescuer(shared.id, &shared.name)?;
-        }
-        let mut wqs = lock(registry());
-        wqs.retain(|w| w.strong_count() > 0);
-        wqs.push(Arc::downgrade(&shared));
-        Ok(Workqueue {
-            handle: Arc::new(WqHandle { shared }),
-        })
-    }
-}
-
 impl fmt::Debug for Workqueue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Workqueue")
@@ -497,24 +212,6 @@ impl fmt::Debug for Workqueue {
 }
 
 impl Workqueue {
-    /// A builder for a workqueue called `name`.
-    pub fn builder(name: impl Into<String>) -> WorkqueueBuilder {
-        WorkqueueBuilder {
-            name: name.into(),
-            scope: Scope::Default,
-            strict: false,
-            cpumask: None,
-            max_active: policy::WQ_DFL_ACTIVE,
-            ordered: false,
-            nice: 0,
-            topology: None,
-            idle_timeout: policy::IDLE_WORKER_TIMEOUT,
-            rescuer: false,
-            panic_hook: None,
-            error_hook: None,
-        }
-    }
-
     fn shared(&self) -> &Arc<WqShared> {
         &self.handle.shared
     }
@@ -743,88 +440,6 @@ impl WqShared {
     pub(crate) fn report_panic(&self, message: &str) {
         crate::report_panic(self.panic_hook.as_ref(), &self.name, message);
     }
-
-    /// [`Workqueue::set_max_active`]; also what the control plane calls.
-    fn set_max_active(&self, n: usize) -> Result<(), Error> {
-        let wq = self;
-        if wq.ordered {
-            return Err(Error::Ordered {
-                wq: wq.name.clone(),
-                what: "max_active",
-            });
-        }
-        if !policy::valid_max_active(n) {
-            return Err(Error::InvalidMaxActive { value: n });
-        }
-        let mut cfg = lock(&wq.config);
-        cfg.attrs.max_active = n;
-        let effective = read(&wq.table).unbound.clone();
-        wq.store_node_limits(&policy::node_limits(n, &effective, &wq.topology));
-        drop(cfg);
-        for node in &wq.nodes {
-            wq.activate(node);
-        }
-        Ok(())
-    }
-}
-
-impl Drop for WqHandle {
-    fn drop(&mut self) {
-        let wq = &self.shared;
-        // Dropped inside one of its own items, the workqueue cannot wait for itself:
-        // its pwqs that still hold items then retire on their own as their last item
-        // completes (`Pwq::complete`), activating waiting items on the way, so none is
-        // lost. After a drain every pwq is empty and retires here.
-        if pool::current_wq() != wq.id {
-            pool::blocking(|| wq.drain());
-        }
-        pool::stop_rescuer(wq.id);
-        let retired = std::mem::take(&mut lock(&wq.config).retired);
-        wq.destroyed.store(true, SeqCst);
-        let cancelled = delayed::cancel_for(wq.id);
-        wq.counters.cancelled.add(cancelled);
-        let old = std::mem::replace(
-            &mut *write(&wq.table),
-            Arc::new(Table {
-                cpu_pwq: Vec::new(),
-                dfl: None,
-                unbound: CpuSet::new(),
-            }),
-        );
-        drop(old);
-        let mut retiring: Vec<Arc<Pwq>> = Vec::new();
-        lock(&wq.pwqs).retain(|pwq| {
-            let mut st = lock(&pwq.state);
-            st.current = false;
-            st.dead = st.in_flight.is_empty();
-            if st.dead {
-                retiring.push(Arc::clone(pwq));
-            }
-            !st.dead
-        });
-        wq.unplug_oldest();
-        let mut cores: Vec<Arc<PoolCore>> =
-            retiring.iter().map(|p| Arc::clone(&p.pool.core)).collect();
-        // Dropping the last pwqs of a pool no other workqueue uses stops its workers;
-        // join them here (never from a worker, and never under a lock).
-        drop(retiring);
-        if pool::current_wq() == 0 {
-            // Pwqs retired by earlier attribute changes: their last item's worker drops
-            // its reference right after completing it, which may stop their pool, a
-            // moment after the drain saw them empty. Wait for that, then join.
-            for (pwq, core) in retired {
-                while pwq.strong_count() > 0 {
-                    std::thread::yield_now();
-                }
-                cores.push(core);
-            }
-            for core in cores {
-                core.join_if_stopped();
-            }
-        }
-        lock(registry())
-            .retain(|w| w.strong_count() > 0 && !std::ptr::eq(w.as_ptr(), Arc::as_ptr(wq)));
-    }
 }
 
 /// Write access to the table (poisoning ignored, as [`lock`]).
@@ -1025,189 +640,6 @@ impl WqShared {
             }
         }
         self.draining.fetch_sub(1, SeqCst);
-    }
-
-    fn change(self: &Arc<Self>, edit: impl FnOnce(&mut Attrs)) -> Result<(), Error> {
-        let mut cfg = lock(&self.config);
-        let mut attrs = cfg.attrs.clone();
-        edit(&mut attrs);
-        let released = self.apply(&mut cfg, attrs)?;
-        drop(cfg);
-        drop(released);
-        Ok(())
-    }
-
-    /// `apply_workqueue_attrs`: prepare everything (errors leave no trace), then commit
-    /// by adding the new pwqs to the flush list, swapping the table, and retiring old
-    /// pwqs that are already empty. Old pwqs keep their items and finish them.
-    ///
-    /// Returns what the change released, for the caller to drop after unlocking
-    /// `config`: dropping the last pwq of a pool stops and joins its workers, which
-    /// must not happen under a lock an item might want.
-    fn apply(self: &Arc<Self>, cfg: &mut Config, attrs: Attrs) -> Result<Released, Error> {
-        // Prepare.
-        attrs::validate(&attrs)?;
-        let old_table = Arc::clone(&read(&self.table));
-        let mut old: Vec<Arc<Pwq>> = Vec::new();
-        for pwq in old_table
-            .cpu_pwq
-            .iter()
-            .flatten()
-            .chain(old_table.dfl.iter())
-        {
-            if !old.iter().any(|p| Arc::ptr_eq(p, pwq)) {
-                old.push(Arc::clone(pwq));
-            }
-        }
-        let old_keys: Vec<PoolKey> = old.iter().map(|p| p.pool.core.key.clone()).collect();
-        let current = policy::Current {
-            pools: &old_keys,
-            pwqs_alive: !lock(&self.pwqs).is_empty(),
-        };
-        let shape = policy::WqShape {
-            topology: &self.topology,
-            topology_id: self.topology_id,
-            ordered: self.ordered,
-            idle_timeout: self.idle_timeout,
-            default_scope: default_scope(),
-        };
-        let plan = policy::plan(&current, &attrs, &self.usable_now(), &shape)?;
-        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
-        let pwqs: Vec<Arc<Pwq>> = plan
-            .pools
-            .iter()
-            .map(|planned| {
-                if let Some(i) = planned.reused {
-                    return Arc::clone(&old[i]);
-                }
-                let node = planned
-                    .node
-                    .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
-                let pwq = Arc::new(Pwq {
-                    wq: Arc::clone(self),
-                    pool: self.pool_for(&planned.key),
-                    node,
-                    state: Mutex::new(PwqState {
-                        inactive: VecDeque::new(),
-                        in_flight: InFlight::default(),
-                        on_pending: false,
-                        plugged: plan.plugged,
-                        current: true,
-                        dead: false,
-                    }),
-                });
-                fresh.push(Arc::clone(&pwq));
-                pwq
-            })
-            .collect();
-        let cpu_pwq: Vec<Option<Arc<Pwq>>> = plan
-            .cpu_pool
-            .iter()
-            .map(|p| p.map(|i| Arc::clone(&pwqs[i])))
-            .collect();
-        let dfl = Arc::clone(&pwqs[0]);
-        let effective = plan.effective.clone();
-        let scope = plan.scope;
-        let table = Arc::new(Table {
-            cpu_pwq,
-            dfl: Some(dfl),
-            unbound: effective.clone(),
-        });
-        // Commit.
-        lock(&self.pwqs).extend(fresh.iter().cloned());
-        let old_table = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
-        let mut retired = Vec::new();
-        let in_new = |p: &Arc<Pwq>| {
-            table
-                .cpu_pwq
-                .iter()
-                .flatten()
-                .chain(table.dfl.iter())
-                .any(|q| Arc::ptr_eq(p, q))
-        };
-        {
-            let mut list = lock(&self.pwqs);
-            list.retain(|p| {
-                let mut st = lock(&p.state);
-                st.current = in_new(p);
-                if !st.current && st.in_flight.is_empty() {
-                    st.dead = true;
-                    retired.push(Arc::clone(p));
-                }
-                if !st.current && !st.dead {
-                    let known = cfg
-                        .retired
-                        .iter()
-                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
-                    if !known {
-                        cfg.retired
-                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
-                    }
-                }
-                !st.dead
-            });
-        }
-        cfg.retired.retain(|(w, _)| w.strong_count() > 0);
-        cfg.attrs = attrs;
-        cfg.effective_scope = scope;
-        self.store_node_limits(&plan.limits);
-        self.unplug_oldest();
-        for node in &self.nodes {
-            self.activate(node);
-        }
-        Ok(Released {
-            _table: old_table,
-            _pwqs: retired,
-        })
-    }
-
-    /// The shared pool for `key`, created if none is alive.
-    fn pool_for(&self, key: &PoolKey) -> Arc<Pool> {
-        let mut pools = lock(pools());
-        if let Some(pool) = pools.get(key).and_then(Weak::upgrade) {
-            return pool;
-        }
-        pools.retain(|_, p| p.strong_count() > 0);
-        let id = NEXT_POOL_ID.fetch_add(1, Relaxed) as u64;
-        let pool = Arc::new(Pool::new(
-            id,
-            key.clone(),
-            Arc::clone(&self.topology),
-            &self.cpu_map,
-            self.idle_timeout,
-        ));
-        pools.insert(key.clone(), Arc::downgrade(&pool));
-        pool
-    }
-
-    /// Stores the node shares of `max_active` (`wq_update_node_max_active`).
-    fn store_node_limits(&self, limits: &policy::NodeLimits) {
-        for &(node, max) in &limits.per_node {
-            self.nodes[self.node_index[node]].set_max(max);
-        }
-        self.nodes[self.nodes.len() - 1].set_max(limits.fallback);
-    }
-
-    /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
-    fn unplug_oldest(&self) {
-        if !self.ordered {
-            return;
-        }
-        let Some(oldest) = lock(&self.pwqs).first().cloned() else {
-            return;
-        };
-        let mut st = lock(&oldest.state);
-        if !st.plugged {
-            return;
-        }
-        st.plugged = false;
-        let node = &self.nodes[oldest.node];
-        if !st.inactive.is_empty() && !st.on_pending {
-            st.on_pending = true;
-            node.push_pending(Arc::clone(&oldest));
-        }
-        drop(st);
-        self.activate(node);
     }
 
     pub(crate) fn stats_snapshot(&self) -> WorkqueueStats {

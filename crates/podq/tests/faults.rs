@@ -13,6 +13,9 @@ use podq::fault::{fail_worker_spawns, set_create_cooldown, CREATE_COOLDOWN};
 use podq::testing::fake_topology;
 use podq::{DelayedWork, Error, Scope, Work, Workqueue};
 
+mod common;
+use common::{counter, flush_within};
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 /// Serialises the tests and restores the process settings when dropped.
@@ -48,21 +51,6 @@ impl Drop for Faults {
         set_create_cooldown(CREATE_COOLDOWN);
         podq::clear_error_hook();
     }
-}
-
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
-
-/// Flushes `wq` on another thread; returns whether it finished within `limit`.
-fn flush_within(wq: &Workqueue, limit: Duration) -> bool {
-    let (tx, rx) = std::sync::mpsc::channel();
-    let wq = wq.clone();
-    std::thread::spawn(move || {
-        wq.flush();
-        let _ = tx.send(());
-    });
-    rx.recv_timeout(limit).is_ok()
 }
 
 #[test]

@@ -10,19 +10,8 @@ use std::time::{Duration, Instant};
 use podq::testing::fake_topology;
 use podq::{CpuSet, Scope, Work, Workqueue};
 
-/// The real CPUs the calling thread may run on.
-fn my_affinity() -> CpuSet {
-    // SAFETY: cpu_set_t is plain data; all-zero is a valid empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: `raw` is a valid, writable cpu_set_t of the size passed.
-    let rc =
-        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut raw) };
-    assert_eq!(rc, 0);
-    (0..libc::CPU_SETSIZE as usize)
-        // SAFETY: `c` is below CPU_SETSIZE.
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &raw) })
-        .collect()
-}
+mod common;
+use common::my_affinity;
 
 /// The real CPU a virtual CPU of a 16-CPU fake topology maps onto.
 fn real_of(v: usize, reals: &[usize], identity: bool) -> usize {

@@ -8,29 +8,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use podq::testing::{fake_topology, refresh_with};
 use podq::{CpuSet, Error, Scope, Work, Workqueue};
 
+mod common;
+use common::{set_process_affinity, this_cpu};
+
 static SERIAL: Mutex<()> = Mutex::new(());
-
-fn this_cpu() -> usize {
-    // SAFETY: sched_getcpu has no preconditions.
-    usize::try_from(unsafe { libc::sched_getcpu() }).expect("sched_getcpu")
-}
-
-/// Sets the affinity of the process's main thread, the mask podq reads as the
-/// process's (a test thread cannot narrow the whole process; this is what `taskset -p`
-/// does to a running process).
-fn set_process_affinity(cpus: &CpuSet) {
-    // SAFETY: cpu_set_t is plain data; all-zero is the empty set.
-    let mut raw: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    for c in cpus.iter() {
-        // SAFETY: the CPUs of this machine are below CPU_SETSIZE.
-        unsafe { libc::CPU_SET(c, &mut raw) };
-    }
-    // SAFETY: getpid has no preconditions.
-    let pid = unsafe { libc::getpid() };
-    // SAFETY: `raw` is a valid cpu_set_t of the size passed; `pid` is the main thread.
-    let rc = unsafe { libc::sched_setaffinity(pid, std::mem::size_of::<libc::cpu_set_t>(), &raw) };
-    assert_eq!(rc, 0, "sched_setaffinity");
-}
 
 /// The usable CPUs, or `None` (with a note) when fewer than two: nothing can go away.
 fn two_cpus() -> Option<(CpuSet, usize, usize)> {

@@ -4,21 +4,14 @@
 //! workers.
 
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use podq::{DelayedWork, Work, Workqueue};
 
-fn counter() -> Arc<AtomicUsize> {
-    Arc::new(AtomicUsize::new(0))
-}
-
-fn threads() -> usize {
-    std::fs::read_dir("/proc/self/task")
-        .expect("read /proc/self/task")
-        .count()
-}
+mod common;
+use common::{counter, pool_threads, threads};
 
 #[test]
 fn drop_runs_queued_items_and_waits_for_running_ones() {
@@ -280,16 +273,6 @@ fn a_queue_call_refused_by_a_drain_leaves_the_item_idle() {
     wq.flush();
     assert_eq!(runs.load(SeqCst), accepted, "{refused} refused calls");
     assert!(refused > 0, "the drains refused some calls");
-}
-
-/// Live threads named as workers of pool `id` (`podq/u<id>:<n>`).
-fn pool_threads(id: u64) -> usize {
-    let prefix = format!("podq/u{id}:");
-    std::fs::read_dir("/proc/self/task")
-        .expect("read /proc/self/task")
-        .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
-        .filter(|comm| comm.starts_with(&prefix))
-        .count()
 }
 
 #[test]

@@ -32,14 +32,7 @@ use workloads::queue::QueueParams;
 use workloads::throughput::{self, ThroughputParams};
 use workloads::{Case, RunLength, Test};
 
-/// A mistake in the command line (exit code 2), as opposed to a failure while running.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct UsageError(pub String);
-
-pub(crate) fn usage(message: impl Into<String>) -> anyhow::Error {
-    UsageError(message.into()).into()
-}
+pub(crate) use crate::usage::usage;
 
 /// What to run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -150,6 +143,10 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// Also simulate the same podq runs on the same topology with this machine
+    /// profile's costs (`podq sim --machine`) and print them next to the real ones.
+    #[arg(long, value_name = "MACHINE")]
+    pub sim: Option<String>,
 }
 
 /// The longest `--duration`: one run of an hour is already a soak, and a bound
@@ -214,10 +211,13 @@ fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
-    let mut warnings = environment_warnings();
-    for w in &warnings {
-        eprintln!("podq: warning: {w}");
+    if let Some(machine) = &args.sim {
+        crate::sim::compare::check(args, machine)?;
     }
+    // The library warns about a bad PODQ_DEFAULT_AFFINITY_SCOPE once, on stderr, when
+    // the default is first needed: now, before the run; the JSON records it too.
+    podq::default_scope();
+    let mut warnings = environment_warnings();
     // Before the run, so that a bad path does not cost the whole benchmark.
     let mut outputs = output::Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
     let spec = topology_spec(args);
@@ -261,7 +261,12 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         results,
         warnings,
     };
-    let text = render(args, &report, length);
+    let mut text = render(args, &report, length);
+    if let Some(machine) = &args.sim {
+        text.push_str(&crate::sim::compare::side_by_side(
+            args, machine, &spec, &report,
+        )?);
+    }
     if args.json.as_deref() == Some("-") {
         let mut err = std::io::stderr().lock();
         err.write_all(text.as_bytes())
@@ -278,14 +283,14 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-/// A bad `PODQ_DEFAULT_AFFINITY_SCOPE`: podq then runs `default` workqueues on the
-/// built-in default, which would make every default-scope figure silently mean
-/// something else.
+/// A bad `PODQ_DEFAULT_AFFINITY_SCOPE`, for the JSON (podq warns on stderr itself): the
+/// default scope then reads as the built-in one, so the `default` ratios would
+/// silently mean something else than the user asked for.
 fn environment_warnings() -> Vec<String> {
     match Scope::process_default() {
         Ok(_) => Vec::new(),
         Err(e) => vec![format!(
-            "{e}; podq runs `default` workqueues on {}",
+            "{e}; the default scope reads as {}, and workqueues on `default` are refused",
             Scope::BUILTIN_DEFAULT
         )],
     }

@@ -1,6 +1,7 @@
 //! The `--json` and `--plot` files: opened before the run, so that a path that cannot
-//! be written fails at once instead of after the whole benchmark, and removed again
-//! when the run fails, so that no empty file is left behind.
+//! be written fails at once instead of after the whole benchmark. A file the run
+//! created is removed again when the run fails (no empty file is left behind); an
+//! existing one keeps its content until it is replaced.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
@@ -68,7 +69,13 @@ impl Outputs {
             )));
         }
         let existed = path.exists();
-        let file = File::create(path)
+        // An existing file is opened without truncating it: it keeps its old content
+        // until the run has something to replace it with.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)
             .with_context(|| format!("{option}: cannot create {}", path.display()))?;
         if !existed {
             self.created.push(path.to_path_buf());
@@ -88,6 +95,8 @@ impl Outputs {
                     .context("writing JSON to stdout")
             }
             Some(Target::File(path, file)) => {
+                file.set_len(0)
+                    .with_context(|| format!("writing {}", path.display()))?;
                 let mut out = BufWriter::new(file);
                 serde_json::to_writer_pretty(&mut out, report)
                     .map_err(std::io::Error::from)
@@ -104,7 +113,8 @@ impl Outputs {
             return Ok(());
         };
         let svg = render()?;
-        file.write_all(svg.as_bytes())
+        file.set_len(0)
+            .and_then(|()| file.write_all(svg.as_bytes()))
             .with_context(|| format!("writing {}", path.display()))
     }
 

@@ -21,6 +21,7 @@ use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
 use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 use super::report::{self, human_rate, min_samples, Report, RunResult};
 
@@ -85,13 +86,14 @@ struct Series {
     dashed: bool,
 }
 
-/// The series of a report in the order of their first result.
-fn series_of(report: &Report) -> Vec<Series> {
+/// The series of `results` in the order of their first result.
+fn series_of(results: &[&RunResult]) -> Vec<Series> {
     let mut names: Vec<(String, bool)> = Vec::new();
-    for r in &report.results {
+    for r in results {
         let name = series_name(r);
         if !names.iter().any(|(n, _)| *n == name) {
-            names.push((name, r.system != "podq"));
+            // podq (and its simulation) solid, peers dashed.
+            names.push((name, !r.system.starts_with("podq")));
         }
     }
     names
@@ -122,56 +124,85 @@ fn find<'a>(series: &'a [Series], r: &RunResult) -> &'a Series {
         .expect("every result has a series")
 }
 
-/// Draws the report as an SVG document.
+/// Draws a `podq bench` report as an SVG document.
 pub fn render(report: &Report) -> Result<String> {
     render_titled(report, &format!("podq bench {}", report.workload))
 }
 
 /// As [`render`], under another title (`podq sim` draws its reports this way).
 pub fn render_titled(report: &Report, title: &str) -> Result<String> {
-    let series = series_of(report);
+    let t = &report.topology;
+    let rounds = report.results.first().map_or(0, |r| r.rounds.len().max(1));
+    let mut lines = vec![format!(
+        "topology {} ({}), {rounds} round(s) per configuration",
+        t.spec, t.description
+    )];
+    if t.fake {
+        lines.push(format!(
+            "fake topology: {} virtual CPUs time-share {} real one(s); timings show the cost of more pools and workers, not distance",
+            t.cpus,
+            t.real_cpus.len()
+        ));
+    }
+    let results: Vec<&RunResult> = report.results.iter().collect();
+    draw(title, &lines, &results, &t.real_cpus)
+}
+
+/// Draws `results` under `title` and the `lines` below it. `real_cpus` names the idle
+/// lanes of a time series taken on a fake topology.
+fn draw(
+    title: &str,
+    lines: &[String],
+    results: &[&RunResult],
+    real_cpus: &[usize],
+) -> Result<String> {
+    let series = series_of(results);
     let mut panels: Vec<Panel> = Vec::new();
-    let toggled = report.results.iter().any(|r| r.segment.is_some());
+    let toggled = results.iter().any(|r| r.segment.is_some());
     // One bar panel per test: their rates differ by orders of magnitude.
     let mut tests: Vec<&str> = Vec::new();
-    for r in &report.results {
+    for r in results {
         if r.test != "latency" && !tests.contains(&r.test) {
             tests.push(r.test);
         }
     }
     for test in tests {
         panels.push(Panel::Bars(
-            report.results.iter().filter(|r| r.test == test).collect(),
+            results.iter().copied().filter(|r| r.test == test).collect(),
         ));
     }
-    let queue: Vec<&RunResult> = report
-        .results
+    let queue: Vec<&RunResult> = results
         .iter()
+        .copied()
         .filter(|r| r.test == "queue")
         .collect();
     if !queue.is_empty() {
         panels.push(Panel::QueueCalls(queue));
     }
-    if toggled {
-        panels.push(Panel::Timeline(
-            report
-                .results
-                .iter()
-                .filter(|r| r.segment.is_some())
-                .collect(),
-        ));
+    let timeline: Vec<&RunResult> = results
+        .iter()
+        .copied()
+        .filter(|r| {
+            r.segment.is_some()
+                && r.completion
+                    .as_ref()
+                    .is_some_and(|c| !c.timeline.is_empty())
+        })
+        .collect();
+    if toggled && !timeline.is_empty() {
+        panels.push(Panel::Timeline(timeline));
     }
     for test in ["latency", "completion"] {
-        let curves: Vec<&RunResult> = report
-            .results
+        let curves: Vec<&RunResult> = results
             .iter()
+            .copied()
             .filter(|r| r.test == test && r.latency_ns.count >= min_samples(50.0))
             .collect();
         if !curves.is_empty() {
             panels.push(Panel::Percentiles(test, curves));
         }
     }
-    let title_h = if report.topology.fake { 80 } else { 60 };
+    let title_h = 40 + 18 * lines.len() as u32;
     let heights: Vec<u32> = panels.iter().map(Panel::height).collect();
     let height = title_h + heights.iter().sum::<u32>().max(60);
     let mut svg = String::new();
@@ -179,7 +210,7 @@ pub fn render_titled(report: &Report, title: &str) -> Result<String> {
         let root = SVGBackend::with_string(&mut svg, (WIDTH, height)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_error)?;
         let (title_area, mut rest) = root.split_vertically(title_h);
-        draw_title(&title_area, report, title)?;
+        draw_title(&title_area, title, lines)?;
         if panels.is_empty() {
             rest.draw(&Text::new(
                 "no results to plot",
@@ -190,7 +221,7 @@ pub fn render_titled(report: &Report, title: &str) -> Result<String> {
         }
         for (panel, h) in panels.iter().zip(heights) {
             let (area, below) = rest.split_vertically(h);
-            panel.draw(&area, &series, report)?;
+            panel.draw(&area, &series, real_cpus)?;
             rest = below;
         }
         root.present().map_err(plot_error)?;
@@ -204,29 +235,20 @@ fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Err
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
-fn draw_title(area: &Area<'_>, report: &Report, title: &str) -> Result<()> {
-    let t = &report.topology;
-    let rounds = report.results.first().map_or(0, |r| r.rounds.len().max(1));
+fn draw_title(area: &Area<'_>, title: &str, lines: &[String]) -> Result<()> {
     area.draw(&Text::new(
         title.to_owned(),
         (20, 8),
         (FONT, 22).into_font(),
     ))
     .map_err(plot_error)?;
-    let line = format!(
-        "topology {} ({}), {rounds} round(s) per configuration",
-        t.spec, t.description
-    );
-    area.draw(&Text::new(line, (20, 38), (FONT, 13).into_font()))
+    for (i, line) in lines.iter().enumerate() {
+        area.draw(&Text::new(
+            line.clone(),
+            (20, 38 + 18 * i as i32),
+            (FONT, 13).into_font(),
+        ))
         .map_err(plot_error)?;
-    if t.fake {
-        let caveat = format!(
-            "fake topology: {} virtual CPUs time-share {} real one(s); timings show the cost of more pools and workers, not distance",
-            t.cpus,
-            t.real_cpus.len()
-        );
-        area.draw(&Text::new(caveat, (20, 56), (FONT, 13).into_font()))
-            .map_err(plot_error)?;
     }
     Ok(())
 }
@@ -248,12 +270,12 @@ impl Panel<'_> {
         }
     }
 
-    fn draw(&self, area: &Area<'_>, series: &[Series], report: &Report) -> Result<()> {
+    fn draw(&self, area: &Area<'_>, series: &[Series], real_cpus: &[usize]) -> Result<()> {
         match self {
             Panel::Bars(rows) => bars(area, rows, series),
             Panel::QueueCalls(rows) => queue_calls(area, rows),
             Panel::Percentiles(test, curves) => percentiles(area, test, curves, series),
-            Panel::Timeline(segments) => timeline(area, segments, report),
+            Panel::Timeline(segments) => timeline(area, segments, real_cpus),
         }
     }
 }
@@ -346,10 +368,17 @@ fn bars(area: &Area<'_>, rows: &[&RunResult], series: &[Series]) -> Result<()> {
     };
     let unit = if completion { "MB/s" } else { "items/s" };
     let test = rows.first().map_or("", |r| r.test);
-    let max = rows
+    // The axis fits the bars and the whiskers, unless one round is far off the bars
+    // (a round of a few items can be): then whiskers past twice the largest bar are
+    // cut at the edge, which names the round's value.
+    let largest_bar = rows.iter().map(|r| value(r)).fold(0.0, f64::max);
+    let largest_round = rows
         .iter()
-        .flat_map(|r| r.rounds.iter().map(round_value).chain([value(r)]))
-        .fold(0.0, f64::max)
+        .flat_map(|r| r.rounds.iter().map(round_value))
+        .fold(0.0, f64::max);
+    let max = largest_round
+        .min(2.0 * largest_bar)
+        .max(largest_bar)
         .max(1e-9);
     let n = rows.len();
     let labels: Vec<String> = rows.iter().map(|r| row_label(r)).collect();
@@ -395,16 +424,32 @@ fn bars(area: &Area<'_>, rows: &[&RunResult], series: &[Series]) -> Result<()> {
         if per_round.len() > 1 {
             let lo = per_round.iter().copied().fold(f64::INFINITY, f64::min);
             let hi = per_round.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            let edge = max * 1.08;
             chart
                 .draw_series(std::iter::once(ErrorBar::new_horizontal(
                     y + 0.5,
-                    lo,
+                    lo.min(edge),
                     value(r),
-                    hi,
+                    hi.min(edge),
                     BLACK.stroke_width(1),
                     8,
                 )))
                 .map_err(plot_error)?;
+            if hi > edge {
+                let shown = if completion {
+                    format!("{hi:.0}")
+                } else {
+                    human_rate(hi)
+                };
+                chart
+                    .draw_series(std::iter::once(Text::new(
+                        format!("fastest round {shown} →"),
+                        (edge, y + 0.95),
+                        TextStyle::from((FONT, 11).into_font())
+                            .pos(Pos::new(HPos::Right, VPos::Top)),
+                    )))
+                    .map_err(plot_error)?;
+            }
         }
     }
     Ok(())
@@ -606,7 +651,7 @@ fn legend(area: &Area<'_>, entries: &[(&Series, String)]) -> Result<()> {
     Ok(())
 }
 
-fn timeline(area: &Area<'_>, segments: &[&RunResult], report: &Report) -> Result<()> {
+fn timeline(area: &Area<'_>, segments: &[&RunResult], real_cpus: &[usize]) -> Result<()> {
     let details: Vec<&report::CompletionDetail> = segments
         .iter()
         .filter_map(|r| r.completion.as_ref())
@@ -698,10 +743,7 @@ fn timeline(area: &Area<'_>, segments: &[&RunResult], report: &Report) -> Result
     let lane_series: Vec<Series> = (0..lanes)
         .map(|i| Series {
             name: if per_cpu {
-                format!(
-                    "real CPU {}",
-                    report.topology.real_cpus.get(i).copied().unwrap_or(i)
-                )
+                format!("real CPU {}", real_cpus.get(i).copied().unwrap_or(i))
             } else {
                 format!("node {i}")
             },
@@ -953,6 +995,24 @@ mod tests {
         assert!(texts
             .iter()
             .any(|t| t.contains("whisker: slowest to fastest round")));
+        assert!(!texts.iter().any(|t| t.starts_with("fastest round")));
+        // A round far off the bars does not squash them: its whisker is cut at the
+        // edge, which names it.
+        let mut wild = result("queue", "podq", Some(Scope::Smt), 100);
+        wild.rounds[1].items_per_sec = 9e7;
+        let svg = render(&report(vec![wild], false)).unwrap();
+        let texts = self::texts(&svg);
+        assert!(
+            texts.iter().any(|t| t == "fastest round 90.000 M →"),
+            "{texts:?}"
+        );
+        assert!(texts.iter().any(|t| t == "1.000 M"), "{texts:?}");
+        assert!(
+            !texts
+                .iter()
+                .any(|t| t.ends_with(" M") && t.starts_with("9")),
+            "{texts:?}"
+        );
     }
 
     #[test]

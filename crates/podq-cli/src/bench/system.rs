@@ -266,41 +266,16 @@ pub mod placement {
 
     /// Restricts the calling thread to `cpus`.
     pub fn pin_to_real(cpus: &[usize]) -> Result<()> {
-        // SAFETY: an all-zero cpu_set_t is a valid empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        for &cpu in cpus {
-            if cpu >= libc::CPU_SETSIZE as usize {
-                bail!("CPU {cpu} is beyond what sched_setaffinity accepts");
-            }
-            // SAFETY: `cpu` is below CPU_SETSIZE, checked above.
-            unsafe { libc::CPU_SET(cpu, &mut set) };
-        }
-        // SAFETY: `set` is a valid cpu_set_t of the size passed; pid 0 is this thread.
-        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) };
-        if rc != 0 {
-            bail!(
-                "cannot pin thread to CPUs {cpus:?}: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        Ok(())
+        let set: podq_topology::CpuSet = cpus.iter().copied().collect();
+        podq_topology::live::set_affinity_of(0, &set)
+            .map_err(|e| anyhow::anyhow!("cannot pin thread to CPUs {cpus:?}: {e}"))
     }
 
     /// The CPUs in this process's affinity mask, ascending.
     pub fn allowed_cpus() -> Result<Vec<usize>> {
-        // SAFETY: an all-zero cpu_set_t is a valid empty set.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: `set` is writable and of the size passed; pid 0 is this thread.
-        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-        if rc != 0 {
-            bail!(
-                "cannot read the CPU affinity mask: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-        let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-            // SAFETY: `cpu` is below CPU_SETSIZE.
-            .filter(|&cpu| unsafe { libc::CPU_ISSET(cpu, &set) })
+        let cpus: Vec<usize> = podq_topology::live::affinity()
+            .map_err(|e| anyhow::anyhow!("cannot read the CPU affinity mask: {e}"))?
+            .iter()
             .collect();
         if cpus.is_empty() {
             bail!("the CPU affinity mask is empty");

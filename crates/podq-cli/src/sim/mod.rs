@@ -1,6 +1,7 @@
 //! `podq sim`: the bench workloads on a simulated machine (the `podq-sim` crate), for
 //! machines this one is not. See the README's "podq sim" section.
 
+pub mod compare;
 mod output;
 mod sweep;
 
@@ -131,13 +132,13 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Run each parameter at x0.5 and x2 for every configuration and report how
-    /// items/s moves (the sensitivity sweep).
+    /// items/s moves (the sensitivity sweep), next to the change two other seeds give.
     #[arg(long)]
     pub sensitivity: bool,
     /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<String>,
-    /// Write an SVG plot: throughput bars and latency CDFs.
+    /// Write an SVG plot, drawn as `podq bench --plot` draws its own.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
     /// No progress bar.
@@ -187,7 +188,7 @@ pub struct Setup {
     pub params: CostParams,
 }
 
-fn setup(args: &SimArgs) -> Result<Setup> {
+pub(crate) fn setup(args: &SimArgs) -> Result<Setup> {
     let machine = cost::machine(&args.machine).ok_or_else(|| {
         usage(format!(
             "unknown machine `{}`: expected one of {}",
@@ -384,7 +385,7 @@ pub fn place_producers(topology: &Topology, spec: &str, count: usize) -> Result<
     })
 }
 
-fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
+pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
     let scopes = if args.scopes.is_empty() {
         Scope::CONCRETE.to_vec()
     } else {
@@ -483,7 +484,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let cases = cases(args, &setup.topology)?;
     if args.sensitivity {
-        let progress = progress_bar(args, (cases.len() * (1 + 2 * cost::PARAMS.len())) as u64);
+        let progress = progress_bar(args, (cases.len() * (3 + 2 * cost::PARAMS.len())) as u64);
         let text = sweep::run(&cases, &setup, &progress)?;
         progress.finish_and_clear();
         print!("{text}");

@@ -30,6 +30,17 @@ pub fn run(cases: &[Case], setup: &Setup, progress: &ProgressBar) -> Result<Stri
     for case in cases {
         let base = metric(case, setup, &setup.params)?;
         progress.inc(1);
+        // The noise floor: the same run with the next seeds.
+        let mut reseeded = Case {
+            spec: case.spec.clone(),
+        };
+        let mut noise = Vec::new();
+        for k in 1..=2 {
+            reseeded.spec.seed = case.spec.seed.wrapping_add(k);
+            noise
+                .push(metric(&reseeded, setup, &setup.params)? / base.max(f64::MIN_POSITIVE) - 1.0);
+            progress.inc(1);
+        }
         let mut rows: Vec<(f64, Vec<String>)> = Vec::new();
         for p in PARAMS {
             let value = setup.params.get(p.name).unwrap_or(0.0);
@@ -58,7 +69,12 @@ pub fn run(cases: &[Case], setup: &Setup, progress: &ProgressBar) -> Result<Stri
             ));
         }
         rows.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1[0].cmp(&b.1[0])));
-        let rows: Vec<Vec<String>> = rows.into_iter().take(8).map(|(_, r)| r).collect();
+        let mut rows: Vec<Vec<String>> = rows.into_iter().take(8).map(|(_, r)| r).collect();
+        rows.push(vec![
+            "(seed +1, +2: noise)".to_owned(),
+            format!("{:+.1}%", noise[0] * 100.0),
+            format!("{:+.1}%", noise[1] * 100.0),
+        ]);
         out.push_str(&format!(
             "\n{} {}{}: base {:.4e}; the 8 parameters that move it most\n{}",
             case.spec.workload.name(),

@@ -153,8 +153,16 @@ impl Client {
         expected: Expected,
         timeout: Duration,
     ) -> Result<Client, ControlError> {
-        let stream = UnixStream::connect(path)
-            .map_err(|e| ControlError::io(format!("cannot connect to {}", path.display()), e))?;
+        let stream = socket::connect_within(path, timeout).map_err(|e| {
+            if e.kind() == ErrorKind::TimedOut {
+                ControlError::Timeout {
+                    path: path.to_owned(),
+                    after: timeout,
+                }
+            } else {
+                ControlError::io(format!("cannot connect to {}", path.display()), e)
+            }
+        })?;
         let server = socket::peer_credentials(&stream).map_err(|e| {
             ControlError::io(
                 format!("cannot read the credentials of {}", path.display()),
@@ -476,6 +484,31 @@ mod tests {
             format!("no reply from {} within 300 ms", path.display())
         );
         assert!(std::error::Error::source(&err).is_none(), "said once");
+    }
+
+    #[test]
+    fn a_listener_that_never_accepts_ends_at_the_deadline() {
+        let (_dir, path, listener) = planted();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+        // SAFETY: the listener's fd is open; listen() again only shrinks its backlog.
+        let rc = unsafe { libc::listen(fd, 0) };
+        assert_eq!(rc, 0);
+        let mut held = Vec::new();
+        while let Ok(stream) = socket::connect_within(&path, Duration::ZERO) {
+            held.push(stream);
+            assert!(held.len() < 64, "the backlog never filled");
+        }
+        let begun = Instant::now();
+        let err = Client::connect(&path, SHORT).unwrap_err();
+        assert!(
+            begun.elapsed() < Duration::from_secs(3),
+            "{:?}",
+            begun.elapsed()
+        );
+        assert_eq!(
+            err.to_string(),
+            format!("no reply from {} within 300 ms", path.display())
+        );
     }
 
     #[test]

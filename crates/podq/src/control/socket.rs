@@ -5,10 +5,12 @@
 
 use std::fs::{self, DirBuilder, Permissions};
 use std::io::{self, ErrorKind};
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use super::ControlError;
 
@@ -60,6 +62,69 @@ pub(crate) fn peer_credentials(stream: &UnixStream) -> io::Result<PeerCredential
         gid: cred.gid,
     })
 }
+
+/// Connects to the Unix socket at `path`, giving up after `timeout` (`ErrorKind::TimedOut`).
+/// `UnixStream::connect` blocks without end when the listener's backlog is full of
+/// connections it never accepts; a non-blocking `connect` says `EAGAIN` instead, and is
+/// tried again until the deadline.
+pub(crate) fn connect_within(path: &Path, timeout: Duration) -> io::Result<UnixStream> {
+    let bytes = path.as_os_str().as_bytes();
+    // SAFETY: sockaddr_un is plain old data; all zeroes is a valid (empty) value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            ErrorKind::InvalidInput,
+            "the path is too long for a Unix socket",
+        ));
+    }
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    for (to, &from) in addr.sun_path.iter_mut().zip(bytes) {
+        *to = from as libc::c_char;
+    }
+    // SAFETY: socket() has no memory preconditions; the result is checked below.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a socket just created and owned by nobody else; the stream owns
+    // and closes it from here on.
+    let stream = unsafe { UnixStream::from_raw_fd(fd) };
+    let deadline = Instant::now() + timeout;
+    loop {
+        // SAFETY: `addr` is a live, initialised sockaddr_un and the length is its size;
+        // `fd` is open (owned by `stream`).
+        let rc = unsafe {
+            libc::connect(
+                fd,
+                (&addr as *const libc::sockaddr_un).cast(),
+                std::mem::size_of::<libc::sockaddr_un>() as libc::socklen_t,
+            )
+        };
+        if rc == 0 {
+            break;
+        }
+        let e = io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => {}
+            Some(libc::EAGAIN) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Some(libc::EAGAIN) => return Err(io::Error::from(ErrorKind::TimedOut)),
+            _ => return Err(e),
+        }
+    }
+    stream.set_nonblocking(false)?;
+    Ok(stream)
+}
+
+/// How long `bind` waits for a listener already at the path before calling it live.
+const LIVE_CHECK: Duration = Duration::from_secs(1);
 
 /// The access rule: a peer may use the server if it runs as the server's uid or as root.
 pub(crate) fn peer_allowed(server_uid: u32, peer_uid: u32) -> bool {
@@ -172,8 +237,10 @@ pub(crate) fn bind(path: &Path, mode: u32) -> Result<(UnixListener, SocketFile),
         |what: &str, source| ControlError::io(format!("{what} {}", path.display()), source);
     match fs::symlink_metadata(path) {
         Ok(meta) if meta.file_type().is_socket() => {
-            if UnixStream::connect(path).is_ok() {
-                return Err(bad("another control server is listening there"));
+            match connect_within(path, LIVE_CHECK) {
+                Err(e) if e.kind() != ErrorKind::TimedOut => {}
+                // Connected, or a listener that does not accept: someone lives there.
+                _ => return Err(bad("another control server is listening there")),
             }
             fs::remove_file(path).map_err(|e| io_err("cannot remove stale socket", e))?;
         }
@@ -242,6 +309,41 @@ mod tests {
         assert_eq!(candidates[0], socket_path_for_pid(42));
         assert!(candidates.contains(&PathBuf::from("/run/user/1234/podq/42.sock")));
         assert!(candidates.contains(&PathBuf::from("/tmp/podq-1234/42.sock")));
+    }
+
+    /// A listener that never accepts, with a full backlog: `connect` gives up in time.
+    #[test]
+    fn connect_gives_up_on_a_full_backlog() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("full.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        // SAFETY: the listener's fd is open; listen() again only shrinks its backlog.
+        let rc = unsafe { libc::listen(listener.as_raw_fd(), 0) };
+        assert_eq!(rc, 0);
+        let mut held = Vec::new();
+        let full = loop {
+            match connect_within(&path, Duration::ZERO) {
+                Ok(stream) => held.push(stream),
+                Err(e) => break e,
+            }
+            assert!(held.len() < 64, "the backlog never filled");
+        };
+        assert_eq!(full.kind(), ErrorKind::TimedOut);
+        let begun = Instant::now();
+        let err = connect_within(&path, Duration::from_millis(200)).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::TimedOut);
+        assert!(begun.elapsed() >= Duration::from_millis(200));
+        assert!(begun.elapsed() < Duration::from_secs(5));
+        let err = bind(&path, SOCKET_MODE).unwrap_err().to_string();
+        assert!(
+            err.ends_with("another control server is listening there"),
+            "{err}"
+        );
+        let err = connect_within(&dir.path().join("none.sock"), Duration::ZERO).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::NotFound);
+        let long = dir.path().join("x".repeat(200));
+        let err = connect_within(&long, Duration::ZERO).unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidInput);
     }
 
     #[test]

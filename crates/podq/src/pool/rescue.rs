@@ -34,10 +34,11 @@
 //!   the worklist under the pool lock by exactly one of them.
 //! - The pool is dropped while blocked: the list holds it weakly and forgets it.
 //!
-//! Legend: B guarded by `MANAGER.state`; R guarded by `RESCUERS`; Q guarded by
+//! Legend: B guarded by `MANAGER.state`; U guarded by `RESCUERS`; Q guarded by
 //! `Rescuer::maydays`; A atomic (ordering named at each use); I set at init.
 //!
-//! Lock order: pool lock → `MANAGER.state`; pool lock → `RESCUERS` → `Rescuer::maydays`.
+//! Lock order: pool lock → `MANAGER.state`; `RESCUERS` → `Rescuer::maydays` (taken with
+//! no pool lock held).
 //! The manager thread never takes a pool lock while holding its own.
 
 use std::collections::{HashMap, VecDeque};
@@ -72,8 +73,9 @@ struct Manager {
     state: Mutex<(Vec<Blocked>, bool)>,
     /// B: signalled when a pool is blocked.
     wake: Condvar,
-    /// A: number of blocked pools (`SeqCst`, written under `state`); lets the queue
-    /// path skip the lock when nothing is blocked.
+    /// A: number of blocked pools (`SeqCst`, written under `state`; pairs with the load
+    /// in `cooling`, which lets the queue path skip the lock when nothing is blocked: a
+    /// stale 0 costs at most one creation attempt during a cooldown).
     count: AtomicUsize,
 }
 
@@ -190,7 +192,7 @@ struct Rescuer {
 /// A running rescuer and its join handle.
 type Registered = (Arc<Rescuer>, Option<thread::JoinHandle<()>>);
 
-/// R: rescuers by workqueue id.
+/// U: rescuers by workqueue id.
 fn rescuers() -> &'static Mutex<HashMap<u64, Registered>> {
     static RESCUERS: OnceLock<Mutex<HashMap<u64, Registered>>> = OnceLock::new();
     RESCUERS.get_or_init(|| Mutex::new(HashMap::new()))

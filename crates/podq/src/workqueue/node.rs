@@ -13,7 +13,9 @@ use crate::sync::{fence, lock, AtomicUsize, Mutex, Ordering::SeqCst};
 /// One node's active-item slots. `P` is what waits on the pending list: a pwq in the
 /// runtime, a plain value in the loom model.
 pub(crate) struct NodeActive<P> {
-    /// A: the node's share of `max_active` (`SeqCst`, read in `try_inc`).
+    /// A: the node's share of `max_active` (`SeqCst`, stored under `config`, read in
+    /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
+    /// that follows the store).
     max: AtomicUsize,
     /// A: active items (`SeqCst` CAS; see `nr_pending` for its pair).
     nr: AtomicUsize,

@@ -8,7 +8,6 @@
 //! to its producer. `--toggle` changes `rpciod`'s scope live in equal time segments.
 
 use std::cell::Cell;
-use std::fs;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -518,20 +517,22 @@ struct CpuTimes {
 }
 
 fn read_cpu_times() -> Result<Vec<(usize, CpuTimes)>> {
-    let text = fs::read_to_string("/proc/stat").context("reading /proc/stat")?;
-    Ok(parse_cpu_times(&text))
+    Ok(cpu_times(&crate::procinfo::read_proc_stat()?))
 }
 
-fn parse_cpu_times(text: &str) -> Vec<(usize, CpuTimes)> {
-    text.lines()
-        .filter_map(|line| {
-            let mut fields = line.split_whitespace();
-            let cpu: usize = fields.next()?.strip_prefix("cpu")?.parse().ok()?;
-            let values: Vec<u64> = fields.filter_map(|f| f.parse().ok()).collect();
-            // user nice system idle iowait irq softirq steal (guest is inside user).
-            let idle = values.get(3).copied().unwrap_or(0) + values.get(4).copied().unwrap_or(0);
-            let total = values.iter().take(8).sum();
-            Some((cpu, CpuTimes { idle, total }))
+/// Idle (idle + iowait) and total jiffies of each CPU.
+fn cpu_times(stat: &crate::procinfo::ProcStat) -> Vec<(usize, CpuTimes)> {
+    stat.cpus
+        .iter()
+        .map(|(&cpu, t)| {
+            let idle = t.idle_all();
+            (
+                cpu,
+                CpuTimes {
+                    idle,
+                    total: idle + t.busy(),
+                },
+            )
         })
         .collect()
 }
@@ -610,9 +611,11 @@ mod tests {
 
     #[test]
     fn proc_stat_idle_shares() {
+        let parse = |text: &str| cpu_times(&crate::procinfo::parse_proc_stat(text).unwrap());
         let a =
-            parse_cpu_times("cpu  1 2 3 4\ncpu0 10 0 10 70 10 0 0 0 5 0\ncpu1 0 0 0 100 0 0 0 0\n");
-        let b = parse_cpu_times("cpu0 20 0 20 110 20 0 0 0 5 0\ncpu1 50 0 0 150 0 0 0 0\n");
+            parse("cpu  1 2 3 4 5 6 7 8\ncpu0 10 0 10 70 10 0 0 0 5 0\ncpu1 0 0 0 100 0 0 0 0\n");
+        let b =
+            parse("cpu  1 2 3 4 5 6 7 8\ncpu0 20 0 20 110 20 0 0 0 5 0\ncpu1 50 0 0 150 0 0 0 0\n");
         assert_eq!(a.len(), 2);
         let shares = idle_shares(&a, &b);
         // cpu0: idle+iowait grew 50 of 70; cpu1: 50 of 100.

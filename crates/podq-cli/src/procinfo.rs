@@ -1,18 +1,22 @@
-//! What the kernel counts for threads and CPUs, read from procfs: per-thread context
+//! What the kernel counts for threads and CPUs, for `podq monitor`: per-thread context
 //! switches, migrations and CPU time (for workers), and per-CPU busy/idle time from
-//! `/proc/stat` (as `mpstat` computes it). The parsers are pure functions over the
-//! files' text, tested on captured samples; the `read_*` functions only add the I/O.
+//! `/proc/stat` (as `mpstat` computes it).
 //!
-//! A counter the kernel does not expose is `None` ("unavailable"), never a guess:
-//! `se.nr_migrations` is only in `/proc/<pid>/task/<tid>/sched`, which needs
-//! `CONFIG_SCHED_DEBUG`.
+//! Thread counters come from the `procfs` crate (`status`, `schedstat`, `stat`), except
+//! `se.nr_migrations`, which it does not read: that is only in
+//! `/proc/<pid>/task/<tid>/sched` (it needs `CONFIG_SCHED_DEBUG`), parsed here. Per-CPU
+//! times are parsed here too: `procfs::KernelStats` gives the `cpuN` lines as a list
+//! without their CPU numbers, which are needed once a CPU is offline (`cpu0`, `cpu2`).
+//! The parsers are pure functions over the files' text, tested on captured samples.
+//!
+//! A counter the kernel does not expose is `None` ("unavailable"), never a guess.
 
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::topology::CpuSet;
-use crate::Error;
+use anyhow::{anyhow, Context, Result};
+use podq_topology::CpuSet;
 
 /// Scheduler counters of one thread.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
@@ -44,48 +48,6 @@ pub enum CpuTimeSource {
     StatTicks,
 }
 
-/// Parses `voluntary_ctxt_switches` and `nonvoluntary_ctxt_switches` from a
-/// `/proc/<pid>/task/<tid>/status` text.
-pub fn parse_status_switches(text: &str) -> Result<(u64, u64), String> {
-    let field = |name: &str| -> Result<u64, String> {
-        let line = text
-            .lines()
-            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
-            .ok_or_else(|| format!("no `{name}` line"))?;
-        line.trim()
-            .parse()
-            .map_err(|_| format!("`{name}` is not a number: `{}`", line.trim()))
-    };
-    Ok((
-        field("voluntary_ctxt_switches")?,
-        field("nonvoluntary_ctxt_switches")?,
-    ))
-}
-
-/// Parses the CPU time in nanoseconds (first field) of a `schedstat` text
-/// (`<run ns> <wait ns> <timeslices>`).
-pub fn parse_schedstat(text: &str) -> Result<u64, String> {
-    let first = text.split_whitespace().next().ok_or("empty schedstat")?;
-    first
-        .parse()
-        .map_err(|_| format!("run time `{first}` is not a number"))
-}
-
-/// Parses `utime + stime` (fields 14 and 15, in clock ticks) of a `stat` text. The
-/// name in parentheses may itself hold spaces and parentheses, so fields are counted
-/// from the last `)`.
-pub fn parse_stat_cpu_ticks(text: &str) -> Result<u64, String> {
-    let (_, rest) = text.rsplit_once(')').ok_or("no `(comm)` field")?;
-    // After `)`: state is field 3, so utime (14) and stime (15) are at 11 and 12.
-    let fields: Vec<&str> = rest.split_whitespace().collect();
-    let tick = |i: usize, name: &str| -> Result<u64, String> {
-        let text = fields.get(i).ok_or_else(|| format!("no {name} field"))?;
-        text.parse()
-            .map_err(|_| format!("{name} `{text}` is not a number"))
-    };
-    Ok(tick(11, "utime")? + tick(12, "stime")?)
-}
-
 /// Parses `se.nr_migrations` from a `sched` text; `None` when absent.
 pub fn parse_sched_migrations(text: &str) -> Option<u64> {
     text.lines().find_map(|line| {
@@ -94,45 +56,49 @@ pub fn parse_sched_migrations(text: &str) -> Option<u64> {
     })
 }
 
-fn read(path: &Path) -> Result<String, Error> {
-    fs::read_to_string(path).map_err(|source| Error::ProcRead {
-        path: path.to_owned(),
-        source,
-    })
+fn read(path: &Path) -> Result<String> {
+    fs::read_to_string(path).with_context(|| format!("cannot read {}", path.display()))
 }
 
-fn malformed(path: &Path) -> impl FnOnce(String) -> Error + '_ {
-    move |reason| Error::ProcMalformed {
-        path: path.to_owned(),
-        reason,
-    }
+/// Reads every thread of process `pid`, sorted by tid. Threads that exit while being
+/// read are left out.
+pub fn read_threads(pid: u32) -> Result<Vec<ThreadSched>> {
+    let pid_i = i32::try_from(pid).map_err(|_| anyhow!("pid {pid} is out of range"))?;
+    let process =
+        procfs::process::Process::new(pid_i).with_context(|| format!("cannot read /proc/{pid}"))?;
+    let tasks = process
+        .tasks()
+        .with_context(|| format!("cannot read /proc/{pid}/task"))?;
+    let mut threads: Vec<ThreadSched> = tasks
+        .filter_map(|task| read_task(pid, &task.ok()?).ok())
+        .collect();
+    threads.sort_by_key(|t| t.tid);
+    Ok(threads)
 }
 
-/// The task directory of thread `tid` of process `pid`.
-pub fn thread_dir(pid: u32, tid: u32) -> PathBuf {
-    PathBuf::from(format!("/proc/{pid}/task/{tid}"))
-}
-
-/// Reads the scheduler counters of thread `tid` of process `pid`.
-pub fn read_thread(pid: u32, tid: u32) -> Result<ThreadSched, Error> {
-    read_thread_at(&thread_dir(pid, tid), tid)
-}
-
-/// Reads the scheduler counters from a task directory (`/proc/<pid>/task/<tid>`).
-pub fn read_thread_at(dir: &Path, tid: u32) -> Result<ThreadSched, Error> {
-    let status_path = dir.join("status");
-    let (voluntary, nonvoluntary) =
-        parse_status_switches(&read(&status_path)?).map_err(malformed(&status_path))?;
-    let schedstat_path = dir.join("schedstat");
-    let (cpu_time_ns, cpu_time_source) = match fs::read_to_string(&schedstat_path) {
-        Ok(text) => (
-            parse_schedstat(&text).map_err(malformed(&schedstat_path))?,
-            CpuTimeSource::Schedstat,
-        ),
+/// Reads the scheduler counters of one task of process `pid`.
+fn read_task(pid: u32, task: &procfs::process::Task) -> Result<ThreadSched> {
+    let tid = u32::try_from(task.tid)?;
+    let dir = PathBuf::from(format!("/proc/{pid}/task/{tid}"));
+    let status = task
+        .status()
+        .with_context(|| format!("cannot read {}/status", dir.display()))?;
+    let switches = |v: Option<u64>, name: &str| {
+        v.ok_or_else(|| anyhow!("{}/status: no `{name}` line", dir.display()))
+    };
+    let voluntary = switches(status.voluntary_ctxt_switches, "voluntary_ctxt_switches")?;
+    let nonvoluntary = switches(
+        status.nonvoluntary_ctxt_switches,
+        "nonvoluntary_ctxt_switches",
+    )?;
+    let (cpu_time_ns, cpu_time_source) = match task.schedstat() {
+        Ok(s) => (s.sum_exec_runtime, CpuTimeSource::Schedstat),
         // Kernels without CONFIG_SCHEDSTATS: fall back to tick-based accounting.
         Err(_) => {
-            let stat_path = dir.join("stat");
-            let ticks = parse_stat_cpu_ticks(&read(&stat_path)?).map_err(malformed(&stat_path))?;
+            let stat = task
+                .stat()
+                .with_context(|| format!("cannot read {}/stat", dir.display()))?;
+            let ticks = stat.utime + stat.stime;
             (
                 ticks.saturating_mul(1_000_000_000 / clock_ticks_per_second()),
                 CpuTimeSource::StatTicks,
@@ -142,34 +108,15 @@ pub fn read_thread_at(dir: &Path, tid: u32) -> Result<ThreadSched, Error> {
     let migrations = fs::read_to_string(dir.join("sched"))
         .ok()
         .and_then(|text| parse_sched_migrations(&text));
-    let name = fs::read_to_string(dir.join("comm"))
-        .map(|n| n.trim_end_matches('\n').to_owned())
-        .unwrap_or_default();
     Ok(ThreadSched {
         tid,
-        name,
+        name: status.name,
         voluntary_ctxt_switches: voluntary,
         nonvoluntary_ctxt_switches: nonvoluntary,
         cpu_time_ns,
         cpu_time_source,
         migrations,
     })
-}
-
-/// Reads every thread of process `pid`, sorted by tid. Threads that exit while being
-/// read are left out.
-pub fn read_threads(pid: u32) -> Result<Vec<ThreadSched>, Error> {
-    let dir = PathBuf::from(format!("/proc/{pid}/task"));
-    let entries = fs::read_dir(&dir).map_err(|source| Error::ProcRead {
-        path: dir.clone(),
-        source,
-    })?;
-    let mut threads: Vec<ThreadSched> = entries
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
-        .filter_map(|tid| read_thread(pid, tid).ok())
-        .collect();
-    threads.sort_by_key(|t| t.tid);
-    Ok(threads)
 }
 
 /// The clock tick rate (`_SC_CLK_TCK`), for tick-based counters.
@@ -323,15 +270,15 @@ pub fn parse_proc_stat(text: &str) -> Result<ProcStat, String> {
 }
 
 /// Reads `/proc/stat`.
-pub fn read_proc_stat() -> Result<ProcStat, Error> {
+pub fn read_proc_stat() -> Result<ProcStat> {
     let path = Path::new("/proc/stat");
-    parse_proc_stat(&read(path)?).map_err(malformed(path))
+    parse_proc_stat(&read(path)?).map_err(|reason| anyhow!("{}: {reason}", path.display()))
 }
 
 /// The CPUs of each NUMA node from `/sys/devices/system/node/node<N>/cpulist`. A
 /// kernel without NUMA support has no such files: then every CPU of `/proc/stat` is
 /// node 0.
-pub fn read_node_cpus(stat: &ProcStat) -> Result<BTreeMap<usize, CpuSet>, Error> {
+pub fn read_node_cpus(stat: &ProcStat) -> Result<BTreeMap<usize, CpuSet>> {
     let root = Path::new("/sys/devices/system/node");
     let mut nodes = BTreeMap::new();
     if let Ok(entries) = fs::read_dir(root) {
@@ -346,7 +293,7 @@ pub fn read_node_cpus(stat: &ProcStat) -> Result<BTreeMap<usize, CpuSet>, Error>
             };
             let path = entry.path().join("cpulist");
             let cpus =
-                CpuSet::parse_list(&read(&path)?).map_err(|e| malformed(&path)(e.to_string()))?;
+                CpuSet::parse_list(&read(&path)?).with_context(|| format!("{}", path.display()))?;
             nodes.insert(node, cpus);
         }
     }
@@ -361,12 +308,6 @@ mod tests {
     use super::*;
 
     // Captured from a 6.18 kernel (bash, pid 5089).
-    const STATUS: &str = "Name:\tbash\nState:\tS (sleeping)\nTgid:\t5089\n\
-        Threads:\t1\nvoluntary_ctxt_switches:\t90\nnonvoluntary_ctxt_switches:\t20\n";
-    const SCHEDSTAT: &str = "45640854 6753311 110\n";
-    const STAT: &str = "5089 (bash) S 5088 5089 5089 0 -1 4194560 3705 1755517 0 255 3 1 \
-        2855 602 20 0 1 0 34717 5124096 909 18446744073709551615 94337682399232 \
-        94337683188637 140723821876720 0 0 0 65536 4 1132560123 1 0 0 17 1 0 0 0 0 0\n";
     const SCHED: &str = "bash (5089, #threads: 1)\n\
         -------------------------------------------------------------------\n\
         se.exec_start                                :        446756.590326\n\
@@ -382,33 +323,10 @@ mod tests {
         ctxt 257514\n";
 
     #[test]
-    fn thread_files_parse() {
-        assert_eq!(parse_status_switches(STATUS).unwrap(), (90, 20));
-        assert_eq!(parse_schedstat(SCHEDSTAT).unwrap(), 45_640_854);
-        assert_eq!(parse_stat_cpu_ticks(STAT).unwrap(), 3 + 1);
+    fn sched_migrations_parse() {
         assert_eq!(parse_sched_migrations(SCHED), Some(18));
-    }
-
-    #[test]
-    fn thread_files_errors_are_named() {
-        let err = parse_status_switches("Name:\tbash\n").unwrap_err();
-        assert!(err.contains("voluntary_ctxt_switches"), "{err}");
-        let err = parse_status_switches("voluntary_ctxt_switches:\tx\n").unwrap_err();
-        assert!(err.contains("not a number"), "{err}");
-        assert!(parse_schedstat("").is_err());
-        assert!(parse_schedstat("abc 1 2").unwrap_err().contains("`abc`"));
-        assert!(parse_stat_cpu_ticks("5089 bash S").is_err());
-        assert!(parse_stat_cpu_ticks("1 (x) S 1 2")
-            .unwrap_err()
-            .contains("utime"));
         assert_eq!(parse_sched_migrations("nr_switches : 3\n"), None);
         assert_eq!(parse_sched_migrations("se.nr_migrations : many\n"), None);
-    }
-
-    #[test]
-    fn comm_with_parens_and_spaces() {
-        let stat = STAT.replace("(bash)", "(a) b (c)");
-        assert_eq!(parse_stat_cpu_ticks(&stat).unwrap(), 4);
     }
 
     #[test]

@@ -1,0 +1,234 @@
+//! `podq sim` from the command line: tables, JSON in bench's schema, determinism, and
+//! the errors for input it refuses.
+
+use std::process::{Command, Output};
+
+fn podq(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_podq"))
+        .args(args)
+        .output()
+        .expect("podq runs")
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Drops the `wall` objects: the only fields that differ between identical runs.
+fn without_wall(mut v: serde_json::Value) -> serde_json::Value {
+    for r in v["results"].as_array_mut().unwrap() {
+        r["sim"].as_object_mut().unwrap().remove("wall").unwrap();
+    }
+    v
+}
+
+const SMALL: &[&str] = &[
+    "sim",
+    "completion",
+    "--machine",
+    "xeon-12c",
+    "--cq",
+    "3",
+    "--scopes",
+    "smt,cache",
+    "--strict",
+    "off",
+    "--duration",
+    "2ms",
+    "--warmup",
+    "1ms",
+    "--json",
+    "-",
+    "-q",
+];
+
+#[test]
+fn json_follows_the_bench_schema_and_is_reproducible() {
+    let a = podq(SMALL);
+    assert!(a.status.success(), "{}", stderr(&a));
+    let json: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
+    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["workload"], "completion");
+    assert_eq!(json["topology"]["cpus"], 24);
+    let results = json["results"].as_array().unwrap();
+    assert_eq!(results.len(), 2);
+    for r in results {
+        assert_eq!(r["system"], "podq-sim");
+        assert_eq!(r["test"], "completion");
+        assert!(r["items"].as_u64().unwrap() > 0);
+        assert!(r["completion"]["mb_per_sec"].as_f64().unwrap() > 0.0);
+        assert!(r["pool_locks"]["enqueue"]["acquisitions"].as_u64().unwrap() > 0);
+        let sim = &r["sim"];
+        assert_eq!(sim["machine"], "xeon-12c");
+        assert_eq!(sim["parameters"]["c2c_llc"], 43.0);
+        assert!(sim["events"].as_u64().unwrap() > 1000);
+        assert!(sim["wall"]["events_per_sec"].as_f64().unwrap() > 0.0);
+    }
+    // The tables went to stderr.
+    assert!(stderr(&a).contains("rpciod scope"), "{}", stderr(&a));
+    let b = podq(SMALL);
+    let b: serde_json::Value = serde_json::from_slice(&b.stdout).unwrap();
+    assert_eq!(
+        serde_json::to_string(&without_wall(json.clone())).unwrap(),
+        serde_json::to_string(&without_wall(b)).unwrap()
+    );
+    let mut other = SMALL.to_vec();
+    other.extend(["--seed", "9"]);
+    let c: serde_json::Value = serde_json::from_slice(&podq(&other).stdout).unwrap();
+    assert_ne!(json["results"][0]["items"], c["results"][0]["items"]);
+}
+
+#[test]
+fn ladder_prints_queue_and_latency_tables() {
+    let out = podq(&[
+        "sim",
+        "--machine",
+        "grace-72c",
+        "--scopes",
+        "cache_shard",
+        "--strict",
+        "on",
+        "--duration",
+        "1ms",
+        "--warmup",
+        "0s",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("queue: 72 producer(s)"), "{text}");
+    assert!(text.contains("latency: one submitter"), "{text}");
+    assert!(text.contains("cache_shard strict"), "{text}");
+    assert!(text.contains("M events/s"), "{text}");
+}
+
+#[test]
+fn print_cost_lists_every_parameter_with_its_source() {
+    let out = podq(&["sim", "--print-cost", "--machine", "epyc-2s32c"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("machine epyc-2s32c"));
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("c2c_cross_llc") && l.contains("103")));
+    assert!(text.contains("§1.2"));
+}
+
+#[test]
+fn cost_files_override_and_bad_ones_are_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.display().to_string()
+    };
+    let good = file("good.json", r#"{"wake": 4000}"#);
+    let out = podq(&["sim", "--print-cost", "--cost", &good]);
+    assert!(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .any(|l| l.starts_with("wake ") && l.contains(" 4000 ")));
+    for (text, expect) in [
+        (r#"{"wake": -5}"#, "`wake` = -5 is out of range: negative"),
+        (r#"{"wake": "soon"}"#, "`wake` is not a number"),
+        (r#"{"wakeup": 1}"#, "unknown parameter `wakeup`"),
+        ("not json", "not valid JSON"),
+    ] {
+        let path = file("bad.json", text);
+        let out = podq(&["sim", "queue", "--cost", &path]);
+        assert_eq!(out.status.code(), Some(2), "{text}");
+        assert!(stderr(&out).contains(expect), "{text}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn input_the_simulator_refuses_is_named() {
+    for (args, expect) in [
+        (
+            &["sim", "--machine", "pdp-11"][..],
+            "unknown machine `pdp-11`",
+        ),
+        (
+            &["sim", "queue", "--rounds", "3"][..],
+            "--rounds makes no sense for the simulator",
+        ),
+        (
+            &["sim", "queue", "--systems", "rayon"][..],
+            "--systems makes no sense",
+        ),
+        (
+            &["sim", "queue", "--toggle", "smt,cache"][..],
+            "--toggle makes no sense",
+        ),
+        (
+            &["sim", "latency", "--depth", "4"][..],
+            "--depth makes no sense",
+        ),
+        (
+            &["sim", "queue", "--duration", "20s"][..],
+            "at most 10 s of virtual time",
+        ),
+        (
+            &["sim", "queue", "--synthetic", "4s64c8t"][..],
+            "at most 1024",
+        ),
+        (
+            &["sim", "latency", "--cpu", "500"][..],
+            "--cpu 500 is not a CPU",
+        ),
+        (
+            &["sim", "completion", "--cq-placement", "0-3,999"][..],
+            "CPU 999",
+        ),
+    ] {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(expect), "{args:?}: {}", stderr(&out));
+    }
+}
+
+#[test]
+fn bench_with_sim_prints_real_and_simulated_side_by_side() {
+    let out = podq(&[
+        "bench",
+        "queue",
+        "--topology",
+        "fake:1s2c1t",
+        "--scopes",
+        "cpu",
+        "--strict",
+        "off",
+        "--duration",
+        "50ms",
+        "--rounds",
+        "1",
+        "--sim",
+        "xeon-12c",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("real against simulated"), "{text}");
+    let row = text
+        .lines()
+        .find(|l| l.starts_with("queue  cpu"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert_eq!(
+        row.split_whitespace().filter(|c| *c == "-").count(),
+        0,
+        "{row}"
+    );
+    for (args, expect) in [
+        (
+            &["bench", "peers", "--sim", "xeon-12c"][..],
+            "no simulated counterpart",
+        ),
+        (
+            &["bench", "queue", "--sim", "vax"][..],
+            "unknown machine `vax`",
+        ),
+    ] {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&out).contains(expect), "{}", stderr(&out));
+    }
+}

@@ -1,0 +1,228 @@
+//! Attribute changes (`apply_workqueue_attrs`): `policy::plan` decides, this applies
+//! the plan (prepare, then commit; see `workqueue/README.md`), and `max_active`
+//! changes, which only move the node limits.
+
+use std::collections::VecDeque;
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex, Weak};
+
+use super::flush::InFlight;
+use super::registry::{default_scope, pools, NEXT_POOL_ID};
+use super::{read, write, Config, Pwq, PwqState, Released, Table, WqShared};
+use crate::attrs::{self, PoolKey};
+use crate::policy;
+use crate::pool::Pool;
+use crate::sync::lock_std as lock;
+use crate::{Attrs, Error};
+
+impl WqShared {
+    pub(super) fn change(self: &Arc<Self>, edit: impl FnOnce(&mut Attrs)) -> Result<(), Error> {
+        let mut cfg = lock(&self.config);
+        let mut attrs = cfg.attrs.clone();
+        edit(&mut attrs);
+        let released = self.apply(&mut cfg, attrs)?;
+        drop(cfg);
+        drop(released);
+        Ok(())
+    }
+
+    /// `apply_workqueue_attrs`: prepare everything (errors leave no trace), then commit
+    /// by adding the new pwqs to the flush list, swapping the table, and retiring old
+    /// pwqs that are already empty. Old pwqs keep their items and finish them.
+    ///
+    /// Returns what the change released, for the caller to drop after unlocking
+    /// `config`: dropping the last pwq of a pool stops and joins its workers, which
+    /// must not happen under a lock an item might want.
+    pub(super) fn apply(
+        self: &Arc<Self>,
+        cfg: &mut Config,
+        attrs: Attrs,
+    ) -> Result<Released, Error> {
+        // Prepare.
+        attrs::validate(&attrs)?;
+        let old_table = Arc::clone(&read(&self.table));
+        let mut old: Vec<Arc<Pwq>> = Vec::new();
+        for pwq in old_table
+            .cpu_pwq
+            .iter()
+            .flatten()
+            .chain(old_table.dfl.iter())
+        {
+            if !old.iter().any(|p| Arc::ptr_eq(p, pwq)) {
+                old.push(Arc::clone(pwq));
+            }
+        }
+        let old_keys: Vec<PoolKey> = old.iter().map(|p| p.pool.core.key.clone()).collect();
+        let current = policy::Current {
+            pools: &old_keys,
+            pwqs_alive: !lock(&self.pwqs).is_empty(),
+        };
+        let shape = policy::WqShape {
+            topology: &self.topology,
+            topology_id: self.topology_id,
+            ordered: self.ordered,
+            idle_timeout: self.idle_timeout,
+            default_scope: default_scope(),
+        };
+        let plan = policy::plan(&current, &attrs, &self.usable_now(), &shape)?;
+        let mut fresh: Vec<Arc<Pwq>> = Vec::new();
+        let pwqs: Vec<Arc<Pwq>> = plan
+            .pools
+            .iter()
+            .map(|planned| {
+                if let Some(i) = planned.reused {
+                    return Arc::clone(&old[i]);
+                }
+                let node = planned
+                    .node
+                    .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
+                let pwq = Arc::new(Pwq {
+                    wq: Arc::clone(self),
+                    pool: self.pool_for(&planned.key),
+                    node,
+                    state: Mutex::new(PwqState {
+                        inactive: VecDeque::new(),
+                        in_flight: InFlight::default(),
+                        on_pending: false,
+                        plugged: plan.plugged,
+                        current: true,
+                        dead: false,
+                    }),
+                });
+                fresh.push(Arc::clone(&pwq));
+                pwq
+            })
+            .collect();
+        let cpu_pwq: Vec<Option<Arc<Pwq>>> = plan
+            .cpu_pool
+            .iter()
+            .map(|p| p.map(|i| Arc::clone(&pwqs[i])))
+            .collect();
+        let dfl = Arc::clone(&pwqs[0]);
+        let effective = plan.effective.clone();
+        let scope = plan.scope;
+        let table = Arc::new(Table {
+            cpu_pwq,
+            dfl: Some(dfl),
+            unbound: effective.clone(),
+        });
+        // Commit.
+        lock(&self.pwqs).extend(fresh.iter().cloned());
+        let old_table = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
+        let mut retired = Vec::new();
+        let in_new = |p: &Arc<Pwq>| {
+            table
+                .cpu_pwq
+                .iter()
+                .flatten()
+                .chain(table.dfl.iter())
+                .any(|q| Arc::ptr_eq(p, q))
+        };
+        {
+            let mut list = lock(&self.pwqs);
+            list.retain(|p| {
+                let mut st = lock(&p.state);
+                st.current = in_new(p);
+                if !st.current && st.in_flight.is_empty() {
+                    st.dead = true;
+                    retired.push(Arc::clone(p));
+                }
+                if !st.current && !st.dead {
+                    let known = cfg
+                        .retired
+                        .iter()
+                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
+                    if !known {
+                        cfg.retired
+                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
+                    }
+                }
+                !st.dead
+            });
+        }
+        cfg.retired.retain(|(w, _)| w.strong_count() > 0);
+        cfg.attrs = attrs;
+        cfg.effective_scope = scope;
+        self.store_node_limits(&plan.limits);
+        self.unplug_oldest();
+        for node in &self.nodes {
+            self.activate(node);
+        }
+        Ok(Released {
+            _table: old_table,
+            _pwqs: retired,
+        })
+    }
+
+    /// The shared pool for `key`, created if none is alive.
+    pub(super) fn pool_for(&self, key: &PoolKey) -> Arc<Pool> {
+        let mut pools = lock(pools());
+        if let Some(pool) = pools.get(key).and_then(Weak::upgrade) {
+            return pool;
+        }
+        pools.retain(|_, p| p.strong_count() > 0);
+        let id = NEXT_POOL_ID.fetch_add(1, Relaxed) as u64;
+        let pool = Arc::new(Pool::new(
+            id,
+            key.clone(),
+            Arc::clone(&self.topology),
+            &self.cpu_map,
+            self.idle_timeout,
+        ));
+        pools.insert(key.clone(), Arc::downgrade(&pool));
+        pool
+    }
+
+    /// Stores the node shares of `max_active` (`wq_update_node_max_active`).
+    pub(super) fn store_node_limits(&self, limits: &policy::NodeLimits) {
+        for &(node, max) in &limits.per_node {
+            self.nodes[self.node_index[node]].set_max(max);
+        }
+        self.nodes[self.nodes.len() - 1].set_max(limits.fallback);
+    }
+
+    /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
+    pub(super) fn unplug_oldest(&self) {
+        if !self.ordered {
+            return;
+        }
+        let Some(oldest) = lock(&self.pwqs).first().cloned() else {
+            return;
+        };
+        let mut st = lock(&oldest.state);
+        if !st.plugged {
+            return;
+        }
+        st.plugged = false;
+        let node = &self.nodes[oldest.node];
+        if !st.inactive.is_empty() && !st.on_pending {
+            st.on_pending = true;
+            node.push_pending(Arc::clone(&oldest));
+        }
+        drop(st);
+        self.activate(node);
+    }
+
+    /// [`Workqueue::set_max_active`]; also what the control plane calls.
+    pub(super) fn set_max_active(&self, n: usize) -> Result<(), Error> {
+        let wq = self;
+        if wq.ordered {
+            return Err(Error::Ordered {
+                wq: wq.name.clone(),
+                what: "max_active",
+            });
+        }
+        if !policy::valid_max_active(n) {
+            return Err(Error::InvalidMaxActive { value: n });
+        }
+        let mut cfg = lock(&wq.config);
+        cfg.attrs.max_active = n;
+        let effective = read(&wq.table).unbound.clone();
+        wq.store_node_limits(&policy::node_limits(n, &effective, &wq.topology));
+        drop(cfg);
+        for node in &wq.nodes {
+            wq.activate(node);
+        }
+        Ok(())
+    }
+}

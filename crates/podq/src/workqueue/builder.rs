@@ -1,0 +1,246 @@
+//! `WorkqueueBuilder`: every setting of a new workqueue, checked by `build`.
+
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crossbeam_utils::sync::ShardedLock;
+use podq_topology::{CpuSet, Scope, Topology};
+
+use super::flush::FlushDomain;
+use super::registry::{env_default, registry, topology_id, NEXT_WQ_ID};
+use super::{refresh, Config, NodeActive, Table, WqHandle, WqShared};
+use crate::attrs;
+use crate::cpu::{self, CpuMap};
+use crate::fault::ErrorHook;
+use crate::policy;
+use crate::pool;
+use crate::stats::ItemCounters;
+use crate::sync::lock_std as lock;
+use crate::{Attrs, Error, PanicHook, PanicReport, Workqueue};
+
+/// Builds a [`Workqueue`]; every setting has the kernel's default.
+#[derive(Clone)]
+pub struct WorkqueueBuilder {
+    name: String,
+    scope: Scope,
+    strict: bool,
+    cpumask: Option<CpuSet>,
+    max_active: usize,
+    ordered: bool,
+    nice: i32,
+    topology: Option<Topology>,
+    idle_timeout: Duration,
+    rescuer: bool,
+    panic_hook: Option<PanicHook>,
+    error_hook: Option<ErrorHook>,
+}
+
+impl fmt::Debug for WorkqueueBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkqueueBuilder")
+            .field("name", &self.name)
+            .field("scope", &self.scope)
+            .field("strict", &self.strict)
+            .field("cpumask", &self.cpumask)
+            .field("max_active", &self.max_active)
+            .field("ordered", &self.ordered)
+            .field("nice", &self.nice)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("rescuer", &self.rescuer)
+            .field("panic_hook", &self.panic_hook.is_some())
+            .field("error_hook", &self.error_hook.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl WorkqueueBuilder {
+    /// The hook called for each of this workqueue's items that panics, instead of the
+    /// process-wide one ([`crate::set_panic_hook`], the default). It runs on the
+    /// worker after the item unwound; a panicking hook is caught.
+    pub fn panic_hook(mut self, hook: impl Fn(&PanicReport<'_>) + Send + Sync + 'static) -> Self {
+        self.panic_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The hook told about faults the runtime handles for this workqueue (a worker
+    /// thread that could not be created for a pool its items wait on), instead of the
+    /// process-wide one ([`crate::set_error_hook`], the default). A pool shared by
+    /// several workqueues tells each waiting workqueue's hook once, and the process-wide
+    /// hook once for those without one.
+    pub fn error_hook(
+        mut self,
+        hook: impl Fn(&crate::ErrorReport<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.error_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// Affinity scope (default: `Scope::Default`, following the process default).
+    pub fn scope(mut self, scope: Scope) -> Self {
+        self.scope = scope;
+        self
+    }
+
+    /// Confine workers to their pod (default: false).
+    pub fn strict(mut self, strict: bool) -> Self {
+        self.strict = strict;
+        self
+    }
+
+    /// CPUs the workqueue may use (default: all usable CPUs of the topology).
+    pub fn cpumask(mut self, mask: CpuSet) -> Self {
+        self.cpumask = Some(mask);
+        self
+    }
+
+    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
+    /// ignored for ordered workqueues, which run one at a time.
+    ///
+    /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
+    /// cpumask gets a share proportional to its CPUs, rounded up and never below
+    /// `min(max_active, 8)` (`WQ_DFL_MIN_ACTIVE`, so no node starves), and pools that
+    /// span nodes share a counter of `max_active` itself. The shares can add up to
+    /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
+    /// run, 3 on each node ([`policy::node_limits`]).
+    pub fn max_active(mut self, n: usize) -> Self {
+        self.max_active = n;
+        self
+    }
+
+    /// One item at a time in queueing order (default: false).
+    pub fn ordered(mut self, ordered: bool) -> Self {
+        self.ordered = ordered;
+        self
+    }
+
+    /// Nice value of the workers, `-20..=19` (default 0; -20 is the kernel's
+    /// `WQ_HIGHPRI`). Negative values need privileges: when the OS refuses, workers run
+    /// at their inherited priority and the pool's `nice_failures` counts it.
+    pub fn nice(mut self, nice: i32) -> Self {
+        self.nice = nice;
+        self
+    }
+
+    /// The machine to place work on (default: the live machine). A topology with CPUs
+    /// that are not real (a synthetic or captured one) is mapped onto the real CPUs
+    /// round-robin.
+    pub fn topology(mut self, topology: Topology) -> Self {
+        self.topology = Some(topology);
+        self
+    }
+
+    /// How long a surplus idle worker waits before exiting (default 300 s, the kernel's
+    /// `IDLE_WORKER_TIMEOUT`). Part of the pool key: pools are shared only between
+    /// workqueues with equal timeouts.
+    pub fn idle_timeout(mut self, timeout: Duration) -> Self {
+        self.idle_timeout = timeout;
+        self
+    }
+
+    /// Give the workqueue a rescuer thread (default: false), as the kernel's
+    /// `WQ_MEM_RECLAIM`: when a pool cannot start a worker (thread limits), the rescuer
+    /// is called after 10 ms and runs this workqueue's items there, so they progress
+    /// while creation keeps failing. Costs one idle thread per workqueue.
+    pub fn rescuer(mut self, rescuer: bool) -> Self {
+        self.rescuer = rescuer;
+        self
+    }
+
+    /// Builds the workqueue, or says which setting is wrong.
+    pub fn build(self) -> Result<Workqueue, Error> {
+        if self.name.is_empty() {
+            return Err(Error::EmptyName);
+        }
+        if self.scope == Scope::Default {
+            env_default()?;
+        }
+        let (topology, live) = match self.topology {
+            Some(t) => {
+                let live = refresh::is_live_machine(&t);
+                (t, live)
+            }
+            None => (cpu::live_topology(), true),
+        };
+        let cpumask = self.cpumask.unwrap_or_else(|| topology.usable().clone());
+        let attrs = Attrs {
+            scope: self.scope,
+            strict: self.strict,
+            cpumask,
+            nice: self.nice,
+            max_active: if self.ordered { 1 } else { self.max_active },
+            ordered: self.ordered,
+        };
+        attrs::validate(&attrs)?;
+        pool::start_manager()?;
+        let node_ids = topology.nodes();
+        let fallback = node_ids.len();
+        let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
+        for (i, &n) in node_ids.iter().enumerate() {
+            node_index[n] = i;
+        }
+        let shared = Arc::new(WqShared {
+            id: NEXT_WQ_ID.fetch_add(1, Relaxed) as u64,
+            name: self.name,
+            ordered: self.ordered,
+            topology_id: topology_id(&topology),
+            cpu_map: CpuMap::new(&topology),
+            live,
+            topology: Arc::new(topology),
+            idle_timeout: self.idle_timeout,
+            node_index,
+            config: Mutex::new(Config {
+                attrs: attrs.clone(),
+                effective_scope: Scope::BUILTIN_DEFAULT,
+                retired: Vec::new(),
+            }),
+            table: ShardedLock::new(Arc::new(Table {
+                cpu_pwq: Vec::new(),
+                dfl: None,
+                unbound: CpuSet::new(),
+            })),
+            pwqs: Mutex::new(Vec::new()),
+            nodes: (0..=fallback).map(|_| NodeActive::new()).collect(),
+            flush: FlushDomain::default(),
+            draining: AtomicUsize::new(0),
+            destroyed: AtomicBool::new(false),
+            counters: ItemCounters::default(),
+            panic_hook: self.panic_hook,
+            error_hook: self.error_hook,
+        });
+        {
+            let mut cfg = lock(&shared.config);
+            shared.apply(&mut cfg, attrs)?;
+        }
+        if self.rescuer {
+            pool::start_rescuer(shared.id, &shared.name)?;
+        }
+        let mut wqs = lock(registry());
+        wqs.retain(|w| w.strong_count() > 0);
+        wqs.push(Arc::downgrade(&shared));
+        Ok(Workqueue {
+            handle: Arc::new(WqHandle { shared }),
+        })
+    }
+}
+
+impl Workqueue {
+    /// A builder for a workqueue called `name`.
+    pub fn builder(name: impl Into<String>) -> WorkqueueBuilder {
+        WorkqueueBuilder {
+            name: name.into(),
+            scope: Scope::Default,
+            strict: false,
+            cpumask: None,
+            max_active: policy::WQ_DFL_ACTIVE,
+            ordered: false,
+            nice: 0,
+            topology: None,
+            idle_timeout: policy::IDLE_WORKER_TIMEOUT,
+            rescuer: false,
+            panic_hook: None,
+            error_hook: None,
+        }
+    }
+}
