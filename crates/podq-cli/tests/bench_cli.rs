@@ -153,14 +153,19 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
             t["calls"].as_u64().unwrap(),
             t["accepted"].as_u64().unwrap(),
         );
-        // Every producer stops after 300 accepted calls (spawn: 300 calls), and every
-        // accepted call ran once.
-        assert_eq!(accepted, 600, "{r}");
+        // Every producer makes 300 calls, and every accepted call ran once.
+        assert_eq!(calls, 600, "{r}");
         assert_eq!(t["runs"], accepted, "{r}");
-        assert_eq!(r["items"], accepted, "{r}");
         match (r["test"].as_str().unwrap(), r["system"].as_str().unwrap()) {
-            ("throughput_spawn", _) | (_, "crossbeam-channel") => assert_eq!(calls, 600, "{r}"),
-            ("throughput_work", "podq") => assert!(calls >= 600, "{r}"),
+            ("throughput_spawn", _) | (_, "crossbeam-channel") => {
+                assert_eq!(accepted, 600, "{r}");
+                assert_eq!(r["items"], 600, "{r}");
+            }
+            // Coalesced calls count as handled; at least one call per item queued.
+            ("throughput_work", "podq") => {
+                assert!((8..=600).contains(&accepted), "{r}");
+                assert_eq!(r["items"], 600, "{r}");
+            }
             other => panic!("unexpected result {other:?}"),
         }
         assert_eq!(

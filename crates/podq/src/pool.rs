@@ -21,7 +21,7 @@ use std::sync::Arc;
 
 use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
 use crate::sync::Ordering::SeqCst;
-use crate::sync::{lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard};
+use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard};
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
@@ -108,9 +108,10 @@ impl PoolState {
         index: usize,
         last_cpu: usize,
     ) -> bool {
-        // SeqCst, then the length: pairs with a queuer's push, then its load of
-        // `running` (`PoolCore::push`).
+        // Decrement, fence, then the length: pairs with a queuer's push, fence, then
+        // its load of `running` (`PoolCore::kick`).
         counts.running.fetch_sub(1, SeqCst);
+        fence(SeqCst);
         if worklist.len() > 0 {
             counts.running.fetch_add(1, SeqCst);
             return false;
@@ -269,7 +270,9 @@ impl PoolCore {
 
     /// Kicks the pool if the counts read without the lock say so.
     fn kick(self: &Arc<Self>) {
-        // SeqCst loads after the push: pairs with `go_idle` and the spinner's exit.
+        // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit
+        // (their write, a fence, then the length).
+        fence(SeqCst);
         if policy::kick(self.load_unlocked()) == Kick::Nothing {
             return;
         }
@@ -546,9 +549,10 @@ fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
 fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration) {
     counts.spinning.fetch_add(1, SeqCst);
     poll_worklist(worklist, budget);
-    // SeqCst, then the caller's look at the worklist: pairs with a queuer's push, then
-    // its load of `spinning`.
+    // Decrement, fence, then the caller's look at the worklist: pairs with a queuer's
+    // push, fence, then its load of `spinning`.
     counts.spinning.fetch_sub(1, SeqCst);
+    fence(SeqCst);
 }
 
 /// Polls the worklist until it holds an item or `budget` passes: a few pause loops,
@@ -702,19 +706,23 @@ fn execute(
     cpu::set_thread_cpu(Some(cpu));
     record.started();
     wq.counters.started.inc();
-    // Two clock reads per item: the start (also the end of the queue-to-start wait) and
-    // the end.
+    // Two clock reads per measured item (`stats::SAMPLE_EVERY`): the start (also the
+    // end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
     let start = {
-        let start = Instant::now();
-        record.queue_to_start(crate::stats::ns_between(meta.queued_at, start));
         record.locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
-        start
+        meta.queued_at.map(|queued| {
+            let start = Instant::now();
+            record.queue_to_start(crate::stats::ns_between(queued, start));
+            start
+        })
     };
     context::set_running(wq.id, work_addr);
     let panicked = f();
     #[cfg(feature = "stats")]
-    record.run_time(crate::stats::elapsed_ns(start));
+    if let Some(start) = start {
+        record.run_time(crate::stats::elapsed_ns(start));
+    }
     context::set_running(0, 0);
     record.completed();
     wq.counters.completed.inc();
@@ -755,6 +763,7 @@ mod loom_tests {
     /// lock, and only then lock and wake the newest idle worker.
     fn queue(state: &Mutex<PoolState>, counts: &Counts, list: &Worklist<u32>, item: u32) {
         list.push(item, &Plain);
+        fence(SeqCst);
         if policy::kick(counts.load(list.len(), 1)) == Kick::Nothing {
             return;
         }

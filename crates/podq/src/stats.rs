@@ -171,16 +171,59 @@ fn locality_index(place: Place) -> usize {
     }
 }
 
+/// Shards of a [`ShardedCounter`].
+const SHARDS: usize = 8;
+
+/// One shard, alone on its cache line.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+struct Shard(Counter);
+
+/// A monotonic counter that queuers and workers of many CPUs bump: each thread adds
+/// into one of [`SHARDS`] cache lines (chosen once per thread, round-robin), so
+/// threads rarely write the same line; reading sums the shards (A, relaxed).
+#[derive(Default, Debug)]
+pub(crate) struct ShardedCounter([Shard; SHARDS]);
+
+impl ShardedCounter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0[shard_index()].0.add(n);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.iter().map(|s| s.0.get()).sum()
+    }
+}
+
+/// The calling thread's shard (W once chosen; the chooser is a relaxed ID counter).
+#[inline]
+fn shard_index() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
+    }
+    MINE.with(|m| *m)
+}
+
 /// Item counters, kept per pool and per workqueue.
 #[derive(Default, Debug)]
 pub(crate) struct ItemCounters {
-    pub(crate) queued: Counter,
-    pub(crate) started: Counter,
-    pub(crate) completed: Counter,
-    pub(crate) panicked: Counter,
-    pub(crate) cancelled: Counter,
-    pub(crate) repatriated: Counter,
-    pub(crate) max_active_waits: Counter,
+    pub(crate) queued: ShardedCounter,
+    pub(crate) started: ShardedCounter,
+    pub(crate) completed: ShardedCounter,
+    pub(crate) panicked: ShardedCounter,
+    pub(crate) cancelled: ShardedCounter,
+    pub(crate) repatriated: ShardedCounter,
+    pub(crate) max_active_waits: ShardedCounter,
 }
 
 impl ItemCounters {
@@ -265,6 +308,32 @@ impl LockCounters {
             wait_ns: self.wait_ns.get(),
         }
     }
+}
+
+/// Latency is measured on one item in [`SAMPLE_EVERY`] per queueing thread: a clock
+/// read costs about as much as the rest of queueing a tiny item, and each measured
+/// item takes three (queued, started, finished). The first item a thread queues is
+/// always measured. The histograms then hold a systematic 1-in-16 sample: their
+/// `count` is the sample size, not the item count (the item counters are exact), and a
+/// percentile's rank error from sampling is about `sqrt(p (1 - p) / samples)`, e.g.
+/// ±0.04 points for p99 after 1 M items; latency that depends on an item's position
+/// modulo 16 in its thread's sequence would bias it.
+#[cfg(feature = "stats")]
+pub(crate) const SAMPLE_EVERY: u32 = 16;
+
+/// The queueing time of an item if it is one to measure ([`SAMPLE_EVERY`]).
+#[cfg(feature = "stats")]
+#[inline]
+pub(crate) fn sample_stamp() -> Option<Instant> {
+    thread_local! {
+        /// W: queue calls of this thread, modulo `SAMPLE_EVERY`.
+        static CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    CALLS.with(|c| {
+        let n = c.get();
+        c.set(if n + 1 == SAMPLE_EVERY { 0 } else { n + 1 });
+        (n == 0).then(Instant::now)
+    })
 }
 
 /// Nanoseconds from `from` to `to`, saturating (0 if `to` is earlier).
@@ -495,6 +564,7 @@ impl Histogram {
 
 /// Item totals of a workqueue or pool.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Totals {
     /// Items accepted by a queue call (and `spawn`).
     pub queued: u64,
@@ -515,6 +585,7 @@ pub struct Totals {
 
 /// Contention of a pool lock at one kind of call site.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct LockStats {
     /// Times the lock was taken.
     pub acquisitions: u64,
@@ -526,6 +597,7 @@ pub struct LockStats {
 
 /// Where items ran relative to where they were queued, in the workqueue's topology.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Locality {
     /// On the queueing CPU.
     pub same_cpu: u64,
@@ -541,6 +613,7 @@ pub struct Locality {
 
 /// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct Latency {
     /// Values recorded.
     pub count: u64,
@@ -565,6 +638,7 @@ pub struct Latency {
 /// A snapshot of one pool. Pools are shared by workqueues with equal pool attributes,
 /// so these numbers cover every workqueue that uses the pool.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct PoolStats {
     /// Process-unique pool id (as in worker names `podq/u<id>:<n>`).
     pub id: u64,
@@ -670,6 +744,7 @@ impl PoolStats {
 
 /// A snapshot of one workqueue.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
 pub struct WorkqueueStats {
     /// The workqueue's name.
     pub name: String,

@@ -156,7 +156,8 @@ pub(crate) struct EntryMeta {
     /// The CPU of the queueing thread, in the workqueue's topology.
     #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) queued_cpu: usize,
-    /// When it was queued.
+    /// When it was queued, for the one item in `stats::SAMPLE_EVERY` whose latency is
+    /// measured.
     #[cfg(feature = "stats")]
-    pub(crate) queued_at: Instant,
+    pub(crate) queued_at: Option<Instant>,
 }

@@ -21,6 +21,7 @@ mod builder;
 mod control;
 pub(crate) mod flush;
 mod min_active;
+mod node;
 pub(crate) mod refresh;
 mod registry;
 mod teardown;
@@ -55,6 +56,7 @@ use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{FlushDomain, InFlight};
+use node::NodeActive;
 
 thread_local! {
     /// W: the last CPU chosen round-robin by this thread (`wq_rr_cpu_last`).
@@ -132,41 +134,6 @@ struct Released {
     _pwqs: Vec<Arc<Pwq>>,
 }
 
-/// A per-node active-item counter (`wq_node_nr_active`).
-pub(crate) struct NodeActive {
-    /// A: the node's share of `max_active` (`SeqCst`, stored under `config`, read in
-    /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
-    /// that follows the store).
-    max: AtomicUsize,
-    /// A: active items (`SeqCst` CAS; pairs with the `pending` lock, see README).
-    nr: AtomicUsize,
-    /// N: pwqs with inactive items waiting for a slot, served round-robin.
-    pending: Mutex<VecDeque<Arc<Pwq>>>,
-}
-
-impl NodeActive {
-    fn new() -> NodeActive {
-        NodeActive {
-            max: AtomicUsize::new(1),
-            nr: AtomicUsize::new(0),
-            pending: Mutex::new(VecDeque::new()),
-        }
-    }
-
-    fn try_inc(&self) -> bool {
-        let mut nr = self.nr.load(SeqCst);
-        loop {
-            if !policy::may_activate(nr, self.max.load(SeqCst)) {
-                return false;
-            }
-            match self.nr.compare_exchange_weak(nr, nr + 1, SeqCst, SeqCst) {
-                Ok(_) => return true,
-                Err(now) => nr = now,
-            }
-        }
-    }
-}
-
 /// Shared state of a workqueue.
 pub(crate) struct WqShared {
     /// I: process-unique id (never 0).
@@ -196,7 +163,7 @@ pub(crate) struct WqShared {
     /// S: every live pwq, oldest first (current and retiring ones: flush walks them).
     pwqs: Mutex<Vec<Arc<Pwq>>>,
     /// I (contents A/N): per-node active counters, fallback last.
-    nodes: Vec<NodeActive>,
+    nodes: Vec<NodeActive<Arc<Pwq>>>,
     /// A/F: flush generations.
     flush: FlushDomain,
     /// A: drain calls in progress (`SeqCst`: pairs with the load in `check_accepting`;
@@ -587,7 +554,7 @@ impl WqShared {
                     gen,
                     queued_cpu,
                     #[cfg(feature = "stats")]
-                    queued_at: std::time::Instant::now(),
+                    queued_at: crate::stats::sample_stamp(),
                 },
             };
             let node = &self.nodes[pwq.node];
@@ -604,7 +571,7 @@ impl WqShared {
                     let join_pending = admit.join_pending;
                     if join_pending {
                         st.on_pending = true;
-                        lock(&node.pending).push_back(Arc::clone(&pwq));
+                        node.push_pending(Arc::clone(&pwq));
                     }
                     drop(st);
                     if join_pending {
@@ -634,26 +601,22 @@ impl WqShared {
 
     /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
     /// serving pwqs round-robin.
-    fn activate(&self, node: &NodeActive) {
+    fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
         loop {
-            let pwq = {
-                let mut pending = lock(&node.pending);
-                if pending.is_empty() || !node.try_inc() {
-                    return;
-                }
-                pending.pop_front().expect("checked non-empty")
+            let Some(pwq) = node.take_pending() else {
+                return;
             };
             let mut st = lock(&pwq.state);
             match policy::activation(st.queue()) {
                 Activation::Leave => {
                     st.on_pending = false;
                     drop(st);
-                    node.nr.fetch_sub(1, SeqCst);
+                    node.release();
                 }
                 Activation::Take { requeue } => {
                     let entry = st.inactive.pop_front().expect("activation takes an item");
                     if requeue {
-                        lock(&node.pending).push_back(Arc::clone(&pwq));
+                        node.push_pending(Arc::clone(&pwq));
                     } else {
                         st.on_pending = false;
                     }
@@ -794,7 +757,7 @@ impl Pwq {
     pub(crate) fn complete(self: Arc<Self>, gen: u64) {
         let wq = Arc::clone(&self.wq);
         let node = &wq.nodes[self.node];
-        node.nr.fetch_sub(1, SeqCst);
+        node.release();
         wq.activate(node);
         let mut st = lock(&self.state);
         let advanced = st.in_flight.remove(gen);

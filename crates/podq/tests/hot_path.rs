@@ -146,8 +146,13 @@ fn spawn_allocates_once_per_item_on_all_threads() {
         COUNT_ALL.store(false, SeqCst);
         assert_eq!(sum, N * (N - 1));
         let allocs = ALLOCS.load(SeqCst);
+        // Every thread is counted, so one-off growth that a loaded machine can cause
+        // (a worker started because another was preempted: its name, handle and
+        // thread-locals; a worklist segment) may add a few blocks. One more block per
+        // item would add N.
+        const ONE_OFFS: usize = 16;
         assert!(
-            allocs <= N as usize,
+            allocs <= N as usize + ONE_OFFS,
             "{allocs} allocations for {N} spawns ({scope})"
         );
         // The counter does count: each spawn is one block.

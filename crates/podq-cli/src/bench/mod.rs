@@ -793,6 +793,7 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
                 label(r),
                 human_rate(r.items_per_sec),
                 spread(r, |x| x.items_per_sec, human_rate),
+                t.map_or("-".to_owned(), |t| human_rate(t.runs as f64 / r.seconds)),
                 t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
                 share,
                 format!("{:.3}s", r.seconds),
@@ -800,10 +801,10 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
         })
         .collect();
     let what = if test == "throughput_spawn" {
-        "one-shot tiny closures, handles dropped".to_owned()
+        "one-shot tiny closures, handles dropped; items = runs".to_owned()
     } else {
         format!(
-            "each cycling through {works} re-queued items; podq coalesces calls on pending ones"
+            "each cycling through {works} re-queued items; podq coalesces calls on pending ones; items = calls handled"
         )
     };
     format!(
@@ -813,8 +814,9 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
             &[
                 "system",
                 "scope",
-                "runs/s",
+                "items/s",
                 "rounds min … max",
+                "runs/s",
                 "calls/s",
                 "accepted",
                 "wall"

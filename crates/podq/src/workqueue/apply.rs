@@ -3,7 +3,7 @@
 //! changes, which only move the node limits.
 
 use std::collections::VecDeque;
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, Weak};
 
 use super::flush::InFlight;
@@ -213,11 +213,9 @@ impl WqShared {
     /// Stores the node shares of `max_active` (`wq_update_node_max_active`).
     pub(super) fn store_node_limits(&self, limits: &policy::NodeLimits) {
         for &(node, max) in &limits.per_node {
-            self.nodes[self.node_index[node]].max.store(max, SeqCst);
+            self.nodes[self.node_index[node]].set_max(max);
         }
-        self.nodes[self.nodes.len() - 1]
-            .max
-            .store(limits.fallback, SeqCst);
+        self.nodes[self.nodes.len() - 1].set_max(limits.fallback);
     }
 
     /// Ordered workqueues: lets the oldest live pwq activate (`unplug_oldest_pwq`).
@@ -236,7 +234,7 @@ impl WqShared {
         let node = &self.nodes[oldest.node];
         if !st.inactive.is_empty() && !st.on_pending {
             st.on_pending = true;
-            lock(&node.pending).push_back(Arc::clone(&oldest));
+            node.push_pending(Arc::clone(&oldest));
         }
         drop(st);
         self.activate(node);

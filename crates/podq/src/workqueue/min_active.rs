@@ -79,7 +79,7 @@ mod tests {
     /// The limits of nodes 0 and 1.
     fn node_limits(wq: &Workqueue) -> [usize; 2] {
         let shared = wq.shared();
-        [0, 1].map(|node| shared.nodes[shared.node_index[node]].max.load(SeqCst))
+        [0, 1].map(|node| shared.nodes[shared.node_index[node]].max())
     }
 
     /// 2 nodes of 4 CPUs, 6 of them in the cpumask (4 on node 0, 2 on node 1).

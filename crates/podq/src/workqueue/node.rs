@@ -1,0 +1,144 @@
+//! Node admission (`wq_node_nr_active`): each node's share of `max_active` as a slot
+//! counter, and the pending list of pwqs whose inactive items wait for a slot.
+//! Protocol: `workqueue/README.md` ("max_active").
+//!
+//! Legend: A atomic (ordering and pair named at each field); N guarded by
+//! `NodeActive::pending`.
+
+use std::collections::VecDeque;
+
+use crate::policy;
+use crate::sync::{fence, lock, AtomicUsize, Mutex, Ordering::SeqCst};
+
+/// One node's active-item slots. `P` is what waits on the pending list: a pwq in the
+/// runtime, a plain value in the loom model.
+pub(crate) struct NodeActive<P> {
+    /// A: the node's share of `max_active` (`SeqCst`, stored under `config`, read in
+    /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
+    /// that follows the store).
+    max: AtomicUsize,
+    /// A: active items (`SeqCst` CAS; see `nr_pending` for its pair).
+    nr: AtomicUsize,
+    /// N: pwqs with inactive items waiting for a slot, served round-robin.
+    pending: Mutex<VecDeque<P>>,
+    /// A: `pending.len()`, stored under the `pending` lock, so that a completion skips
+    /// that lock when nobody waits. A joiner's store, then a `SeqCst` fence, then its
+    /// load of `nr` in `try_inc`, pairs with a completion's decrement of `nr`, then a
+    /// `SeqCst` fence, then its load of this (both fences are in `take_pending`): one of
+    /// the two sees the other, so a freed slot is never left unused.
+    nr_pending: AtomicUsize,
+}
+
+impl<P> NodeActive<P> {
+    pub(crate) fn new() -> Self {
+        NodeActive {
+            max: AtomicUsize::new(1),
+            nr: AtomicUsize::new(0),
+            pending: Mutex::new(VecDeque::new()),
+            nr_pending: AtomicUsize::new(0),
+        }
+    }
+
+    /// Sets the node's share of `max_active`.
+    pub(crate) fn set_max(&self, max: usize) {
+        self.max.store(max, SeqCst);
+    }
+
+    /// The node's share of `max_active` now (for checks and reports).
+    #[cfg(test)]
+    pub(crate) fn max(&self) -> usize {
+        self.max.load(SeqCst)
+    }
+
+    /// Takes a slot if one is free (`policy::may_activate`).
+    pub(crate) fn try_inc(&self) -> bool {
+        let mut nr = self.nr.load(SeqCst);
+        loop {
+            if !policy::may_activate(nr, self.max.load(SeqCst)) {
+                return false;
+            }
+            match self.nr.compare_exchange_weak(nr, nr + 1, SeqCst, SeqCst) {
+                Ok(_) => return true,
+                Err(now) => nr = now,
+            }
+        }
+    }
+
+    /// Frees a slot. The caller then calls its activation loop (`take_pending`).
+    pub(crate) fn release(&self) {
+        self.nr.fetch_sub(1, SeqCst);
+    }
+
+    /// Puts `p` at the end of the pending list. The caller then calls its activation
+    /// loop: a slot freed between its failed `try_inc` and this push may have found
+    /// the list empty.
+    pub(crate) fn push_pending(&self, p: P) {
+        let mut pending = lock(&self.pending);
+        pending.push_back(p);
+        self.nr_pending.store(pending.len(), SeqCst);
+    }
+
+    /// One step of activation (`node_activate_pending_pwq`): if something waits and a
+    /// slot is free, takes the slot and the first waiter, which the caller activates
+    /// (or gives the slot back with `release` if it has nothing to activate after all).
+    pub(crate) fn take_pending(&self) -> Option<P> {
+        // Between the caller's write (`release` or `push_pending`) and this read: see
+        // `nr_pending`.
+        fence(SeqCst);
+        if self.nr_pending.load(SeqCst) == 0 {
+            return None;
+        }
+        let mut pending = lock(&self.pending);
+        if pending.is_empty() || !self.try_inc() {
+            return None;
+        }
+        let p = pending.pop_front();
+        self.nr_pending.store(pending.len(), SeqCst);
+        p
+    }
+}
+
+/// Loom model of node admission on the real `NodeActive`:
+/// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+    use loom::sync::Arc;
+
+    /// max_active 1: one item is active; its completion races with a queuer whose
+    /// `try_inc` fails and who joins the pending list. In every interleaving the waiter
+    /// is activated exactly once (no slot is left unused, no lost activation), and the
+    /// slot count never exceeds the limit.
+    #[test]
+    fn loom_freed_slot_reaches_the_waiter() {
+        loom::model(|| {
+            let node = Arc::new(NodeActive::<u32>::new());
+            assert!(node.try_inc(), "the running item's slot");
+            let activated = Arc::new(AtomicUsize::new(0));
+            let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
+                while let Some(p) = node.take_pending() {
+                    assert_eq!(p, 7);
+                    assert!(node.nr.load(SeqCst) <= 1, "over max_active");
+                    activated.fetch_add(1, SeqCst);
+                }
+            };
+            let completer = {
+                let (node, activated) = (node.clone(), activated.clone());
+                loom::thread::spawn(move || {
+                    node.release();
+                    activate_all(&node, &activated);
+                })
+            };
+            if node.try_inc() {
+                activated.fetch_add(1, SeqCst);
+            } else {
+                node.push_pending(7);
+                activate_all(&node, &activated);
+            }
+            completer.join().unwrap();
+            assert_eq!(activated.load(SeqCst), 1);
+            assert_eq!(node.nr.load(SeqCst), 1);
+            assert_eq!(node.nr_pending.load(SeqCst), 0);
+        });
+    }
+}
