@@ -134,6 +134,14 @@ pub fn run(args: CtlArgs) -> Result<()> {
         _ => {
             let value = reply.value.context("the server's reply has no value")?;
             writeln!(out, "{}", escape_controls(&value))?;
+            for left in reply.not_repodded.unwrap_or_default() {
+                writeln!(
+                    out,
+                    "not re-podded: {}: {}",
+                    escape_controls(&left.workqueue),
+                    escape_controls(&left.reason)
+                )?;
+            }
         }
     }
     Ok(())

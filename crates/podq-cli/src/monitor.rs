@@ -27,7 +27,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use podq::control::{escape_controls, Request};
 use podq::stats::{Latency, PoolStats};
-use podq::topology::CpuSet;
+use podq::topology::{CpuSet, Scope};
 use podq::WorkqueueStats;
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -40,6 +40,9 @@ const THREAD_ROWS: usize = 12;
 /// What the table's columns mean, for `--help`.
 const COLUMNS_HELP: &str = "\
 Columns (per workqueue; counts since it was made, rates over the last interval):
+  scope    the affinity scope; for `default` and `auto` the scope in force in
+           parentheses (`auto (smt)`); an auto queue's switches and the last one's
+           reason follow the table
   total    items started
   /s       items started per second
   infl     in flight: started but not finished
@@ -101,6 +104,11 @@ fn parse_interval(text: &str) -> Result<f64, String> {
 pub struct WqRow {
     /// The workqueue.
     pub name: String,
+    /// The scope: the requested one, with what it resolved to for `default` and the
+    /// scope chosen for `auto` (`auto (smt)`).
+    pub scope: Option<String>,
+    /// `auto`: switches made and the last one with its reason.
+    pub last_switch: Option<String>,
     /// Items started.
     pub started: Option<u64>,
     /// Items completed.
@@ -172,8 +180,23 @@ pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
             .max()
     };
     let p99 = worst(|l| l.p99);
+    let effective = stats.effective_scope;
+    let scope = match stats.attrs.scope {
+        Scope::Default if stats.auto.is_some() => format!("default (auto: {effective})"),
+        requested @ (Scope::Default | Scope::Auto) => format!("{requested} ({effective})"),
+        requested => requested.to_string(),
+    };
+    let last_switch = stats.auto.as_ref().map(|a| match &a.last_switch {
+        Some(s) => format!(
+            "{} switch(es); last at window {}: {} -> {}: {}",
+            a.switches, s.window, s.from, s.to, s.reason
+        ),
+        None => format!("{} switch(es)", a.switches),
+    });
     WqRow {
         name: escape_controls(&stats.name).into_owned(),
+        scope: Some(scope),
+        last_switch,
         started: Some(stats.totals.started),
         completed: Some(stats.totals.completed),
         started_per_s: None,
@@ -304,6 +327,7 @@ fn duration_ns(ns: Option<u64>, upper_bound: bool) -> String {
 pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> String {
     let header = [
         "WORKQUEUE",
+        "scope",
         "total",
         "/s",
         "infl",
@@ -316,11 +340,12 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
         "mayday",
         "rescued",
     ];
-    let rows: Vec<[String; 12]> = wqs
+    let rows: Vec<[String; 13]> = wqs
         .iter()
         .map(|w| {
             [
                 w.name.clone(),
+                w.scope.clone().unwrap_or_else(|| "-".into()),
                 opt(w.started),
                 w.started_per_s.map_or("-".into(), |r| format!("{r:.0}")),
                 opt(w.in_flight()),
@@ -336,6 +361,11 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
         })
         .collect();
     let mut out = crate::table::render(&header, &rows);
+    for w in wqs {
+        if let Some(last) = &w.last_switch {
+            out.push_str(&format!("{} auto: {last}\n", w.name));
+        }
+    }
     let rows: Vec<[String; 3]> = busy
         .iter()
         .map(|b| {
@@ -585,6 +615,38 @@ mod tests {
         // Names from the server are escaped before they reach the table.
         let row = wq_row(&wq("evil\x1b]0;x\x07", vec![], 0, 0));
         assert_eq!(row.name, r"evil\u{1b}]0;x\u{7}");
+    }
+
+    #[test]
+    fn auto_shows_its_scope_and_last_switch() {
+        let mut stats = wq("rpciod", Vec::new(), 0, 0);
+        stats.attrs.scope = Scope::Auto;
+        stats.effective_scope = Scope::System;
+        let switch = json!({
+            "window": 12, "from": "cache_shard", "to": "system", "strict": false,
+            "reason": { "kind": "imbalance", "saturated_cpus": 8, "idle_cpus": 8,
+                        "saturated_busy": 0.9, "idle_busy": 0.0 }
+        });
+        stats.auto = Some(
+            serde_json::from_value(json!({
+                "scope": "system", "strict": false, "windows": 40, "switches": 1,
+                "switch_failures": 0, "last_switch": switch, "history": [switch],
+                "last_reason": { "kind": "steady" }, "window_ns": 100_000_000
+            }))
+            .unwrap(),
+        );
+        let row = wq_row(&stats);
+        assert_eq!(row.scope.as_deref(), Some("auto (system)"));
+        assert_eq!(
+            row.last_switch.as_deref(),
+            Some("1 switch(es); last at window 12: cache_shard -> system: imbalance: 8 CPUs 90% busy, 8 CPUs 0% busy")
+        );
+        let table = render_table(&[row], &[], &[]);
+        assert!(table.contains("auto (system)"), "{table}");
+        assert!(table.contains("rpciod auto: 1 switch(es)"), "{table}");
+        let fixed = wq_row(&wq("q", Vec::new(), 0, 0));
+        assert_eq!(fixed.scope.as_deref(), Some("cache"));
+        assert_eq!(fixed.last_switch, None);
     }
 
     #[test]

@@ -296,12 +296,14 @@ fn monitor_prints_tables_and_json_lines() {
     assert!(table.contains(", every 100ms, "), "{table}");
     assert!(!table.contains('\x1b'), "{table}");
     let rpciod = table.lines().find(|l| l.starts_with("rpciod")).unwrap();
-    // total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ≤).
+    // scope, total, /s, infl, cpu_s, rpr, cont%, local%, p50, p99 (worst pool: ≤).
     let cells: Vec<&str> = rpciod
         .split("  ")
         .map(str::trim)
         .filter(|c| !c.is_empty())
         .collect();
+    assert_eq!(cells[1], "default (cache_shard)");
+    let cells = [&cells[..1], &cells[2..]].concat();
     assert_eq!(cells[1], "40");
     assert_eq!(cells[3], "2");
     assert_eq!(cells[4], "0.002");

@@ -232,3 +232,28 @@ fn bench_with_sim_prints_real_and_simulated_side_by_side() {
         assert!(stderr(&out).contains(expect), "{}", stderr(&out));
     }
 }
+
+#[test]
+fn output_paths_are_checked_before_the_simulation() {
+    // Checked after the run, these would print a table first (and take minutes).
+    let out = podq(&[
+        "sim",
+        "queue",
+        "--duration",
+        "5s",
+        "--json",
+        "/nonexistent/dir/x.json",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("/nonexistent/dir/x.json"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty(), "the simulation ran first");
+    let out = podq(&["sim", "queue", "--duration", "5s", "--plot", "out.png"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("SVG"), "{}", stderr(&out));
+    assert!(out.stdout.is_empty(), "the simulation ran first");
+    assert!(!std::path::Path::new("out.png").exists());
+}

@@ -27,6 +27,13 @@ pub fn valid_max_active(value: usize) -> bool {
     (1..=WQ_MAX_ACTIVE).contains(&value)
 }
 
+/// Whether `value` is a valid `min_active` for a workqueue whose `max_active` is
+/// `max_active` (`0..=max_active`). The kernel's `workqueue_set_min_active` clamps to
+/// that range; podq refuses values outside it, as it does for `max_active`.
+pub fn valid_min_active(value: usize, max_active: usize) -> bool {
+    value <= max_active
+}
+
 /// The per-node share of a system-wide `max_active` (`wq_update_node_max_active`):
 /// `clamp(ceil(max_active * node_cpus / total_cpus), min_active, max_active)`, or
 /// `min_active` when the workqueue has no CPU at all. The shares may sum to more than
@@ -143,7 +150,20 @@ pub fn node_limits(
     effective: &CpuSet,
     topology: &podq_topology::Topology,
 ) -> NodeLimits {
-    let min = min_active(max_active);
+    node_limits_with_floor(max_active, min_active(max_active), effective, topology)
+}
+
+/// As [`node_limits`], with the workqueue's own `min_active` floor instead of the
+/// default [`min_active`] (a floor above `max_active` is capped by it). For example `max_active = 16`, `min_active = 12` on 2
+/// nodes of 4 CPUs, with 2 of them in the cpumask on node 1: node 0 gets
+/// `max(ceil(16 * 4 / 6), 12) = 12`, node 1 `max(ceil(16 * 2 / 6), 12) = 12`.
+pub fn node_limits_with_floor(
+    max_active: usize,
+    min_active: usize,
+    effective: &CpuSet,
+    topology: &podq_topology::Topology,
+) -> NodeLimits {
+    let min = min_active;
     let total = effective.len();
     let per_node = topology
         .nodes()
@@ -190,6 +210,38 @@ mod tests {
         assert!(!valid_max_active(WQ_MAX_ACTIVE + 1));
         assert_eq!(min_active(1), 1);
         assert_eq!(min_active(WQ_DFL_ACTIVE), WQ_DFL_MIN_ACTIVE);
+    }
+
+    #[test]
+    fn min_active_bounds() {
+        assert!(valid_min_active(0, 1));
+        assert!(valid_min_active(8, 8));
+        assert!(!valid_min_active(9, 8));
+        assert!(valid_min_active(WQ_MAX_ACTIVE, WQ_MAX_ACTIVE));
+        assert!(!valid_min_active(usize::MAX, WQ_MAX_ACTIVE));
+    }
+
+    #[test]
+    fn node_limits_use_the_requested_floor() {
+        let topo = podq_topology::Topology::synthetic("2s4c1t").unwrap();
+        let mask = CpuSet::parse_list("0-3,4-5").unwrap();
+        // Default floor 8: node 0 ceil(64/6) = 11, node 1 ceil(32/6) = 6 -> 8.
+        let dfl = node_limits(16, &mask, &topo);
+        assert_eq!(dfl.per_node, [(0, 11), (1, 8)]);
+        assert_eq!(
+            node_limits_with_floor(16, WQ_DFL_MIN_ACTIVE, &mask, &topo),
+            dfl
+        );
+        // Floor 12 lifts both nodes to 12.
+        let high = node_limits_with_floor(16, 12, &mask, &topo);
+        assert_eq!(high.per_node, [(0, 12), (1, 12)]);
+        assert_eq!(high.fallback, 16);
+        // Floor 0: the plain proportional shares.
+        let none = node_limits_with_floor(16, 0, &mask, &topo);
+        assert_eq!(none.per_node, [(0, 11), (1, 6)]);
+        // A floor above max_active is capped by it.
+        let capped = node_limits_with_floor(4, 12, &mask, &topo);
+        assert_eq!(capped.per_node, [(0, 4), (1, 4)]);
     }
 
     fn q(inactive: usize, plugged: bool, on_pending: bool) -> PwqQueue {

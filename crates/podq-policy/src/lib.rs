@@ -11,10 +11,11 @@
 //! One module per area of decision; everything is re-exported at the crate root:
 //! attributes, active limits and admission, the attribute-change plan and hotplug
 //! fallbacks, pool keys, CPU and pwq selection, workers (kick, spin, reap), rescue, and
-//! locality.
+//! locality. The `auto` scope's controller keeps its own namespace ([`auto`]).
 
 mod active;
 mod attrs;
+pub mod auto;
 mod batch;
 mod locality;
 mod plan;

@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use podq_topology::{CpuSet, Scope, Topology};
 
-use crate::{node_limits, pod_cpumask, pool_key, pool_node, Attrs, NodeLimits, PoolAttrs, PoolKey};
+use crate::{
+    node_limits_with_floor, pod_cpumask, pool_key, pool_node, Attrs, NodeLimits, PoolAttrs, PoolKey,
+};
 
 /// Why a plan cannot be made; the workqueue keeps its current attributes.
 #[derive(Debug, thiserror::Error)]
@@ -174,7 +176,7 @@ pub fn plan(
         .filter(|&i| !pools.iter().any(|p| p.reused == Some(i)))
         .collect();
     let plugged = wq.ordered && current.pwqs_alive;
-    let limits = node_limits(new.max_active, &effective, topology);
+    let limits = node_limits_with_floor(new.max_active, new.min_active, &effective, topology);
     Ok(Plan {
         effective,
         scope,
@@ -222,6 +224,7 @@ mod tests {
             cpumask,
             nice: 0,
             max_active: 16,
+            min_active: 8,
             ordered: false,
         }
     }

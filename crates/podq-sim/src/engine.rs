@@ -96,6 +96,8 @@ pub struct Thread {
     /// Locks it holds: a holder is not preempted (the critical sections are short and
     /// a preempted holder would stall every spinning waiter).
     pub held: u32,
+    /// Worker: when its current item started.
+    pub item_since: Ns,
 }
 
 /// A virtual CPU.
@@ -251,6 +253,7 @@ impl<'t> Sim<'t> {
             spun: false,
             spinning: false,
             held: 0,
+            item_since: 0,
         });
         self.threads.len() - 1
     }

@@ -28,6 +28,8 @@ pub enum Event {
     Balance,
     /// The start of `--toggle` segment `index`.
     Segment(usize),
+    /// The end of an `auto` window of the queue under test.
+    Auto,
     /// The end of the measured run.
     End,
 }

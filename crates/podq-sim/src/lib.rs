@@ -34,6 +34,7 @@
 //! priorities (`nice`). Lock waiters spin; a run queue is FIFO; a woken thread
 //! preempts only after the running one had a full slice.
 
+pub mod auto;
 pub mod cost;
 pub mod distance;
 pub mod engine;
@@ -88,6 +89,9 @@ pub enum SimError {
     /// Bad parameters.
     #[error(transparent)]
     Cost(#[from] CostError),
+    /// The `auto` controller's ladder could not be built.
+    #[error(transparent)]
+    Topology(#[from] podq_topology::Error),
 }
 
 /// Pool lock counts of one workqueue's pools.
@@ -110,8 +114,12 @@ pub struct AllocOutput {
 
 /// The measurements of one segment (the whole run without `--toggle`).
 pub struct SegmentOutput {
-    /// The scope of the queue under test in this segment.
+    /// The scope of the queue under test in this segment (`auto` when it chose).
     pub scope: Scope,
+    /// `auto`: the switches made within the segment.
+    pub auto_switches: Vec<auto::TimedSwitch>,
+    /// The concrete scope in force at the segment's end.
+    pub scope_at_end: Scope,
     /// Virtual seconds.
     pub seconds: f64,
     /// Items (I/Os in `completion`) finished.
@@ -146,6 +154,7 @@ pub struct SimOutput {
 
 struct Snapshot {
     at: Ns,
+    scope: Scope,
     counters: Counters,
     busy: Vec<Ns>,
     locks: PoolLocks,
@@ -203,9 +212,9 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
     let producer_cpus = spec.workload.producer_cpus();
     let n = topo.usable().last().map_or(0, |c| c + 1);
     let max_node = topo.nodes().into_iter().max().unwrap_or(0);
-    let (capacity, toggle) = match &spec.workload {
-        Workload::Completion(c) => (c.alloc_cache.max(1), c.toggle.clone()),
-        _ => (1, Vec::new()),
+    let (capacity, toggle, moves) = match &spec.workload {
+        Workload::Completion(c) => (c.alloc_cache.max(1), c.toggle.clone(), c.moves.clone()),
+        _ => (1, Vec::new(), Vec::new()),
     };
     let mut world = World::new(spec.workload.clone());
     world.slab = Slab {
@@ -231,6 +240,14 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
     let mut queue = spec.queue.clone();
     if let Some(&first) = toggle.first() {
         queue.scope = first;
+    }
+    // `auto`: the controller picks the concrete scope the queue starts at.
+    let mut auto = None;
+    if queue.scope == Scope::Auto {
+        let controller = auto::SimAuto::new(topo, queue.strict, queue.auto.clone())?;
+        queue.scope = controller.scope();
+        sim.events.push(controller.window_ns(), Event::Auto);
+        auto = Some(controller);
     }
     sim.new_wq(queue);
     if let Workload::Completion(_) = spec.workload {
@@ -266,7 +283,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         RunLength::Items(_) => (0, MAX_VIRTUAL_NS),
     };
     let end = start + length;
-    let segments = toggle.len().max(1);
+    let segments = toggle.len().max(moves.len()).max(1);
     if start > 0 {
         sim.events.push(start, Event::Segment(0));
     }
@@ -280,7 +297,14 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         .push(cost.balance_interval.round() as Ns, Event::Balance);
     sim.events.push(end, Event::End);
     let mut marks = vec![snapshot(&sim)];
-    let mut scopes = vec![sim.world.wqs[0].spec.scope];
+    let scope_now = |sim: &Sim, auto: &Option<auto::SimAuto>| {
+        if auto.is_some() {
+            Scope::Auto
+        } else {
+            sim.world.wqs[0].spec.scope
+        }
+    };
+    let mut scopes = vec![scope_now(&sim, &auto)];
     while let Some((at, event)) = sim.events.pop() {
         sim.now = at;
         match event {
@@ -299,8 +323,22 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
                 marks.push(snapshot(&sim));
                 sim.world.hists.push(Hists::new());
                 let strict = sim.world.wqs[0].spec.strict;
-                sim.apply_attrs(0, toggle[i], strict);
-                scopes.push(toggle[i]);
+                if let Some(&scope) = toggle.get(i) {
+                    sim.apply_attrs(0, scope, strict);
+                }
+                if let Some(cpus) = moves.get(i) {
+                    move_producers(&mut sim, cpus);
+                }
+                scopes.push(scope_now(&sim, &auto));
+            }
+            Event::Auto => {
+                if let Some(controller) = auto.as_mut() {
+                    if let Some((scope, strict)) = controller.sample(&sim, 0) {
+                        sim.apply_attrs(0, scope, strict);
+                    }
+                    let next = sim.now + controller.window_ns();
+                    sim.events.push(next, Event::Auto);
+                }
             }
             Event::End => break,
         }
@@ -312,6 +350,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
     let hists = std::mem::take(&mut sim.world.hists);
     let nodes = topo.nodes();
     let is_completion = matches!(spec.workload, Workload::Completion(_));
+    let switches = auto.map(|a| a.switches).unwrap_or_default();
     let segments = marks
         .windows(2)
         .zip(hists)
@@ -338,6 +377,12 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
                 .collect();
             SegmentOutput {
                 scope,
+                auto_switches: switches
+                    .iter()
+                    .filter(|s| s.at > a.at && s.at <= b.at)
+                    .cloned()
+                    .collect(),
+                scope_at_end: b.scope,
                 seconds: span as f64 / 1e9,
                 items: b.counters.items - a.counters.items,
                 hists,
@@ -359,6 +404,19 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         virtual_ns: sim.now,
         peak_active: sim.world.wqs[0].peak_active,
     })
+}
+
+/// Moves each producer to its CPU in `cpus` (round-robin if fewer): it may run only
+/// there from now on, and gets there at its next wake-up.
+fn move_producers(sim: &mut Sim, cpus: &[usize]) {
+    for p in 0..sim.world.producers.len() {
+        let Some(&cpu) = cpus.get(p % cpus.len().max(1)) else {
+            return;
+        };
+        let tid = sim.world.producers[p].tid;
+        sim.world.producers[p].cpu = cpu;
+        sim.threads[tid].allowed = CpuSet::single(cpu);
+    }
 }
 
 fn locks_since(b: &PoolLocks, a: &PoolLocks) -> PoolLocks {
@@ -404,6 +462,7 @@ fn snapshot(sim: &Sim) -> Snapshot {
     }
     Snapshot {
         at: sim.now,
+        scope: sim.world.wqs[0].spec.scope,
         counters: sim.counters.clone(),
         busy: sim.topo.usable().iter().map(|c| sim.busy_ns(c)).collect(),
         locks: wq_locks(sim, 0),

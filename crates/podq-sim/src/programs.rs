@@ -358,6 +358,7 @@ impl Sim<'_> {
         let class = locality(self.topo, item.queued_cpu, cpu) as usize;
         self.counters.locality[class] += 1;
         self.threads[tid].spun = false;
+        self.threads[tid].item_since = self.now;
         let lock = self.world.pools[self.world.pwqs[pwq].pool].lock;
         let tail = [
             Op::Lock(lock, crate::lock::Side::Dequeue),

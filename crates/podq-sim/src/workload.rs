@@ -18,6 +18,8 @@ pub struct QueueSpec {
     pub max_active: usize,
     /// Ordered: one item at a time, in queueing order (one pwq, `max_active` 1).
     pub ordered: bool,
+    /// The controller's window and thresholds when `scope` is `auto`.
+    pub auto: crate::auto::AutoSpec,
 }
 
 impl QueueSpec {
@@ -29,6 +31,7 @@ impl QueueSpec {
             strict,
             max_active: podq_policy::WQ_DFL_ACTIVE,
             ordered: false,
+            auto: crate::auto::AutoSpec::default(),
         }
     }
 }
@@ -63,6 +66,9 @@ pub struct CompletionSpec {
     pub nfsiod_ns: Ns,
     /// rpciod's scope in each equal time segment (empty: the queue's scope throughout).
     pub toggle: Vec<Scope>,
+    /// The producers' CPUs in each equal time segment (empty: `producer_cpus`
+    /// throughout); a producer moves at its next wake-up.
+    pub moves: Vec<Vec<usize>>,
 }
 
 /// A workload.

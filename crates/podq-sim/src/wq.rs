@@ -72,6 +72,12 @@ pub struct Pool {
     pub allowed: CpuSet,
     /// Its lock.
     pub lock: usize,
+    /// Items pushed onto the worklist so far.
+    pub pushed: u64,
+    /// Items workers took from it so far.
+    pub taken: u64,
+    /// Time its workers spent in items so far (start to the lock after the item).
+    pub busy_ns: Ns,
     /// Active items and their pwqs.
     pub worklist: VecDeque<(Item, usize)>,
     /// Idle workers, oldest first, with when they went idle.
@@ -187,6 +193,9 @@ impl Sim<'_> {
             strict,
             allowed,
             lock,
+            pushed: 0,
+            taken: 0,
+            busy_ns: 0,
             worklist: VecDeque::new(),
             idle: Vec::new(),
             nr_workers: 0,
@@ -292,6 +301,7 @@ impl Sim<'_> {
         let cpu = self.threads[tid].cpu;
         let p = &mut self.world.pools[pool];
         p.worklist.push_back((item, pwq));
+        p.pushed += 1;
         if !p.spinners.is_empty() {
             let spinner = p.spinners.remove(0);
             self.threads[spinner].spinning = false;
@@ -402,6 +412,7 @@ impl Sim<'_> {
         let lock = self.world.pools[pool].lock;
         let hold = self.cost.pool_hold;
         if let Some((item, pwq)) = self.world.pools[pool].worklist.pop_front() {
+            self.world.pools[pool].taken += 1;
             let out = self.kick_locked(pool);
             self.push_ops(
                 tid,
@@ -484,6 +495,8 @@ impl Sim<'_> {
     /// Under the pool lock after an item: release its active slot, activate the next
     /// waiting item of that node counter, then look for more work.
     pub fn item_done(&mut self, tid: Tid, pwq: usize) {
+        let pool = self.world.pwqs[pwq].pool;
+        self.world.pools[pool].busy_ns += self.now - self.threads[tid].item_since;
         let (wq, slot) = (self.world.pwqs[pwq].wq, self.world.pwqs[pwq].slot);
         self.world.wqs[wq].slots[slot].nr -= 1;
         self.activate_pending(tid, wq, slot);

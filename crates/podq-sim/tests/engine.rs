@@ -23,6 +23,7 @@ fn completion(cpus: Vec<usize>) -> Workload {
         rpciod_ns: 16_000,
         nfsiod_ns: 4_000,
         toggle: Vec::new(),
+        moves: Vec::new(),
     })
 }
 
@@ -139,6 +140,7 @@ fn max_active_caps_the_items_running_at_once() {
                 strict: false,
                 max_active,
                 ordered,
+                ..QueueSpec::new("q", Scope::Smt, false)
             },
             length: RunLength::Duration(2_000_000),
             warmup: 0,

@@ -36,6 +36,7 @@ fn completion(cpus: Vec<usize>, toggle: Vec<Scope>) -> Workload {
         rpciod_ns: 16_000,
         nfsiod_ns: 4_000,
         toggle,
+        moves: Vec::new(),
     })
 }
 

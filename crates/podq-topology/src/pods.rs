@@ -31,6 +31,14 @@ impl PodLayout {
                     reason: "`default` must be resolved to a concrete scope first".to_owned(),
                 })
             }
+            Scope::Auto => {
+                return Err(Error::Invalid {
+                    what: "scope",
+                    reason: "`auto` has no pods of its own: ask its controller which scope it \
+                             uses"
+                        .to_owned(),
+                })
+            }
             Scope::Cpu => generic(topology, scope, &vec![None; table_len(usable)]),
             Scope::Smt => generic(topology, scope, &first_smt_sharer(topology)),
             Scope::Cache => generic(topology, scope, &first_with_same_key(usable, llc_id)),

@@ -28,6 +28,9 @@ pub enum Scope {
     Numa,
     /// One pod covering every CPU.
     System,
+    /// Chosen by the workqueue itself from what it measures (`podq::policy::auto`): one
+    /// of the concrete scopes at any time, switched live. Not a kernel scope.
+    Auto,
 }
 
 impl Scope {
@@ -54,10 +57,18 @@ impl Scope {
             Scope::CacheShard => "cache_shard",
             Scope::Numa => "numa",
             Scope::System => "system",
+            Scope::Auto => "auto",
         }
     }
 
-    /// Resolves `Default` to `default`; concrete scopes resolve to themselves.
+    /// Whether this is one of [`Scope::CONCRETE`] (not `default` or `auto`).
+    pub fn is_concrete(self) -> bool {
+        !matches!(self, Scope::Default | Scope::Auto)
+    }
+
+    /// Resolves `Default` to `default` (which may be `auto`); every other scope, `auto`
+    /// included, resolves to itself: which concrete scope `auto` uses is its controller's
+    /// choice, not a name's.
     pub fn resolve(self, default: Scope) -> Scope {
         match self {
             Scope::Default => default,
@@ -67,6 +78,7 @@ impl Scope {
 
     /// Parses a value for the process-wide default: like [`FromStr`], but `default`
     /// itself is refused, as the kernel's `default_affinity_scope` parameter does.
+    /// `auto` is accepted: workqueues on `default` then choose their scope themselves.
     pub fn parse_default(text: &str) -> Result<Scope, Error> {
         match text.parse()? {
             Scope::Default => Err(Error::Scope {
@@ -113,10 +125,11 @@ impl FromStr for Scope {
         [Scope::Default]
             .into_iter()
             .chain(Scope::CONCRETE)
+            .chain([Scope::Auto])
             .find(|s| s.name() == name)
             .ok_or_else(|| Error::Scope {
                 text: text.to_owned(),
-                reason: "expected one of default, cpu, smt, cache, cache_shard, numa, system"
+                reason: "expected one of default, cpu, smt, cache, cache_shard, numa, system, auto"
                     .to_owned(),
             })
     }
@@ -139,7 +152,13 @@ mod tests {
             assert_eq!(format!("{scope}\n").parse::<Scope>().unwrap(), scope);
         }
         assert_eq!("default".parse::<Scope>().unwrap(), Scope::Default);
+        assert_eq!("auto\n".parse::<Scope>().unwrap(), Scope::Auto);
+        assert_eq!(Scope::Auto.to_string(), "auto");
+        assert!(!Scope::Auto.is_concrete() && !Scope::Default.is_concrete());
+        assert!(Scope::CONCRETE.iter().all(|s| s.is_concrete()));
         for bad in [
+            "Auto",
+            "automatic",
             "cach",
             "cache_",
             "Cache",
@@ -172,6 +191,12 @@ mod tests {
             .to_string();
         assert!(err.contains(DEFAULT_SCOPE_ENV), "{err}");
         assert!(Scope::default_from_env_value(Some("bogus")).is_err());
+        assert_eq!(
+            Scope::default_from_env_value(Some("auto")).unwrap(),
+            Scope::Auto
+        );
+        assert_eq!(Scope::Default.resolve(Scope::Auto), Scope::Auto);
+        assert_eq!(Scope::Auto.resolve(Scope::Smt), Scope::Auto);
         assert_eq!(Scope::Default.resolve(Scope::Smt), Scope::Smt);
         assert_eq!(Scope::Cpu.resolve(Scope::Smt), Scope::Cpu);
     }

@@ -18,6 +18,12 @@ pub(crate) fn validate(attrs: &Attrs) -> Result<(), Error> {
             value: attrs.max_active,
         });
     }
+    if !policy::valid_min_active(attrs.min_active, attrs.max_active) {
+        return Err(Error::InvalidMinActive {
+            value: attrs.min_active,
+            max_active: attrs.max_active,
+        });
+    }
     Ok(())
 }
 

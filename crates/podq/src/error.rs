@@ -24,6 +24,14 @@ pub enum Error {
         /// The requested value.
         value: usize,
     },
+    /// `min_active` above the workqueue's `max_active`.
+    #[error("invalid min_active {value}: must be in 0..={max_active} (the max_active)")]
+    InvalidMinActive {
+        /// The requested value.
+        value: usize,
+        /// The workqueue's `max_active`.
+        max_active: usize,
+    },
     /// `nice` outside `-20..=19`.
     #[error("invalid nice {value}: must be in -20..=19")]
     InvalidNice {
@@ -58,6 +66,18 @@ pub enum Error {
     Draining {
         /// The workqueue.
         wq: String,
+    },
+    /// An `auto` window shorter than 1 ms.
+    #[error("invalid auto window {window:?}: must be at least 1 ms")]
+    InvalidAutoWindow {
+        /// The requested window.
+        window: std::time::Duration,
+    },
+    /// `auto` controller settings that make no sense.
+    #[error("invalid auto config: {reason}")]
+    InvalidAutoConfig {
+        /// What is wrong.
+        reason: String,
     },
     /// A workqueue name that is empty.
     #[error("workqueue name must not be empty")]

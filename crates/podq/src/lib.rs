@@ -21,8 +21,8 @@
 //! - Pods are built over the usable CPUs (see `podq_topology::Topology`), not the
 //!   possible ones.
 //! - A cpumask with no usable CPU is refused ([`Error::NoUsableCpu`]) instead of
-//!   silently widening to the global mask; `max_active` outside `1..=2048` is refused
-//!   instead of clamped.
+//!   silently widening to the global mask; `max_active` outside `1..=2048`, and
+//!   `min_active` above `max_active`, are refused instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
 //!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
 //!   see a worker sleep.
@@ -36,6 +36,8 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//! - [`Scope::Auto`] has no kernel counterpart: the workqueue chooses its scope from
+//!   its statistics (see [`auto`]).
 //!
 //! # Shared state: legends and the lock graph
 //!
@@ -68,6 +70,7 @@
 //! | D | a spawned item's closure `Spawned::f` | `join` |
 //! | O | a spawned item's result slot `Spawned::slot` | `join` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
+//! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |
 //!
 //! The lock graph: a lock may be taken while holding only locks to its left on a
 //! path (an arrow means "is held while taking"); locks not on a path are leaves, held
@@ -82,7 +85,8 @@
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
 //! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
-//!         H handoff, C waiters, D and O of a spawned item, E hooks, `DelayedWork` target,
+//!         H handoff, C waiters, D and O of a spawned item, E hooks, Y auto sampler,
+//!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
 //! ```
 //!
@@ -92,6 +96,7 @@
 //! no podq lock held.
 
 mod attrs;
+pub mod auto;
 mod context;
 #[cfg(feature = "control")]
 pub mod control;
@@ -99,6 +104,7 @@ mod cpu;
 mod delayed;
 mod error;
 pub mod fault;
+mod global;
 mod join;
 mod pool;
 pub mod stats;
@@ -132,12 +138,15 @@ pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
 pub use delayed::DelayedWork;
 pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
+pub use global::{default_workqueue, queue, spawn, DEFAULT_WORKQUEUE_NAME};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;
 pub use work::Work;
-pub use workqueue::{default_scope, set_default_scope, Workqueue, WorkqueueBuilder};
+pub use workqueue::{
+    default_scope, set_default_scope, CpuRun, PodRun, Workqueue, WorkqueueBuilder,
+};
 
 /// What a panic hook is told about a panicking work item.
 #[derive(Clone, Copy, Debug)]

@@ -750,8 +750,10 @@ pub struct WorkqueueStats {
     pub name: String,
     /// Its requested attributes.
     pub attrs: Attrs,
-    /// Its scope with `default` resolved.
+    /// Its scope with `default` resolved, and for `auto` the scope its controller chose.
     pub effective_scope: podq_topology::Scope,
+    /// The `auto` controller, while the scope resolves to `auto`.
+    pub auto: Option<crate::auto::AutoStats>,
     /// This workqueue's own item counts (its share of the pools' counts).
     pub totals: Totals,
     /// The pools its current and retiring pool_workqueues use, by id.

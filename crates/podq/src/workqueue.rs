@@ -15,15 +15,18 @@
 //! `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
 
 mod apply;
+mod broadcast;
 mod builder;
 #[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
+mod min_active;
 mod node;
 pub(crate) mod refresh;
 mod registry;
 mod teardown;
 
+pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
@@ -32,11 +35,12 @@ use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Weak;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_utils::sync::ShardedLock;
 use podq_topology::{CpuSet, Scope, Topology};
 
+use crate::auto::{self, AutoRun};
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
@@ -110,6 +114,8 @@ struct Config {
     /// Pwqs that left the table, with their pools, until they are gone: teardown waits
     /// for them and joins their pools' workers.
     retired: Vec<(Weak<Pwq>, Arc<PoolCore>)>,
+    /// The controller choosing the scope while the requested one resolves to `auto`.
+    auto: Option<AutoRun>,
 }
 
 /// The CPU → pwq table, swapped whole on an attribute change.
@@ -146,6 +152,8 @@ pub(crate) struct WqShared {
     live: bool,
     /// I: idle timeout of its pools' workers.
     idle_timeout: Duration,
+    /// I: how its `auto` controller runs.
+    auto_settings: auto::Settings,
     /// I: node id → index in `nodes` (the last index is the fallback counter).
     node_index: Vec<usize>,
     /// M: requested attributes; held across a whole change.
@@ -226,7 +234,8 @@ impl Workqueue {
         lock(&self.shared().config).attrs.clone()
     }
 
-    /// The scope in use, with `Default` resolved.
+    /// The concrete scope in use: `Default` resolved, and for `auto` the scope its
+    /// controller chose.
     pub fn effective_scope(&self) -> Scope {
         lock(&self.shared().config).effective_scope
     }
@@ -645,6 +654,7 @@ impl WqShared {
     pub(crate) fn stats_snapshot(&self) -> WorkqueueStats {
         let cfg = lock(&self.config);
         let (attrs, effective_scope) = (cfg.attrs.clone(), cfg.effective_scope);
+        let auto = cfg.auto.as_ref().map(AutoRun::stats);
         drop(cfg);
         let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
         let mut seen: Vec<u64> = Vec::new();
@@ -671,9 +681,61 @@ impl WqShared {
             name: self.name.clone(),
             attrs,
             effective_scope,
+            auto,
             totals: self.counters.snapshot(),
             pools,
         }
+    }
+
+    /// Takes the `auto` sample due at `now` and applies the switch it decides.
+    /// Returns when the next sample is due, or `None` when not on `auto`.
+    pub(crate) fn auto_sample(self: &Arc<Self>, now: Instant) -> Option<Instant> {
+        match &lock(&self.config).auto {
+            Some(run) if now >= run.next_at() => {}
+            Some(run) => return Some(run.next_at()),
+            None => return None,
+        }
+        // Counters first, without `config` (the lock order puts `pwqs` after it).
+        let completed = self.counters.completed.get();
+        let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
+        let mut pools: Vec<auto::PoolSample> = Vec::new();
+        for pwq in &pwqs {
+            let core = &pwq.pool.core;
+            if pools.iter().all(|p| p.id != core.id) {
+                pools.push(auto::PoolSample {
+                    id: core.id,
+                    pod: core.key.pod.clone(),
+                    capacity: self.cpu_map.reals(&core.key.pod).len(),
+                    stats: PoolStats::from_counters(&core.stats),
+                });
+            }
+        }
+        drop(pwqs);
+        let mut cfg = lock(&self.config);
+        // A workqueue being torn down gets no new pools (`WqHandle::drop` sets
+        // `destroyed` and then passes through `config`).
+        if self.destroyed.load(SeqCst) {
+            return None;
+        }
+        let run = cfg.auto.as_mut()?;
+        let before = run.clone();
+        if !run.sample(now, completed, &pools) {
+            return Some(run.next_at());
+        }
+        let attrs = cfg.attrs.clone();
+        let released = match self.apply(&mut cfg, attrs) {
+            Ok(released) => Some(released),
+            Err(_) => {
+                if let Some(run) = cfg.auto.as_mut() {
+                    run.refused(before);
+                }
+                None
+            }
+        };
+        let next = cfg.auto.as_ref().map(AutoRun::next_at);
+        drop(cfg);
+        drop(released);
+        next
     }
 }
 

@@ -3,7 +3,7 @@
 //! JSON schema.
 
 pub mod alloc_model;
-mod output;
+pub(crate) mod output;
 pub mod peers;
 pub mod plot;
 pub mod podq_system;
@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use podq::policy::auto::AutoConfig;
 use podq_topology::Scope;
 
 use alloc_model::{AllocConfig, RemoteRule};
@@ -124,6 +125,11 @@ pub struct BenchArgs {
     /// `completion`: rpciod scopes in equal time segments, e.g. smt,cache_shard,smt.
     #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
     pub toggle: Vec<Scope>,
+    /// `completion`: CQ placements in equal time segments, e.g. node0,split,node1
+    /// (`nodeN` or `split`; the first replaces --cq-placement); the producers re-pin at
+    /// each boundary.
+    #[arg(long, value_delimiter = ',')]
+    pub cq_move: Vec<String>,
     /// `completion`: allocator object size in bytes.
     #[arg(long, default_value_t = 256)]
     pub object_size: usize,
@@ -133,6 +139,13 @@ pub struct BenchArgs {
     /// `completion`: which frees take the allocator's node lock.
     #[arg(long, value_enum, default_value = "cpu")]
     pub remote_free: RemoteRule,
+    /// `--scopes auto`: how often the controller judges the statistics.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "100ms")]
+    pub auto_window: Duration,
+    /// `--scopes auto`: the controller's thresholds and limits as JSON (the fields of
+    /// `podq::policy::auto::AutoConfig`; missing ones keep their defaults).
+    #[arg(long, value_name = "FILE.json")]
+    pub auto_config: Option<PathBuf>,
     /// Write the results as JSON to FILE (`-`: stdout; the tables then go to stderr).
     #[arg(long, value_name = "FILE")]
     pub json: Option<String>,
@@ -195,7 +208,22 @@ pub fn system_names() -> Vec<&'static str> {
     std::iter::once("podq").chain(peers::NAMES).collect()
 }
 
-fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
+/// The `--auto-config` file, or the defaults.
+fn auto_config(args: &BenchArgs) -> Result<AutoConfig> {
+    let Some(path) = &args.auto_config else {
+        return Ok(AutoConfig::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| usage(format!("--auto-config {}: {e}", path.display())))?;
+    let config: AutoConfig = serde_json::from_str(&text)
+        .map_err(|e| usage(format!("--auto-config {}: {e}", path.display())))?;
+    config
+        .validate()
+        .map_err(|e| usage(format!("--auto-config {}: {e}", path.display())))?;
+    Ok(config)
+}
+
+fn build_system(name: &str, map: &CpuMap, args: &BenchArgs) -> Result<Arc<dyn System>> {
     if !system_names().contains(&name) {
         return Err(usage(format!(
             "unknown system `{name}`: expected one of {}",
@@ -203,7 +231,11 @@ fn build_system(name: &str, map: &CpuMap) -> Result<Arc<dyn System>> {
         )));
     }
     if name == "podq" {
-        return Ok(Arc::new(podq_system::Podq::new(map.topology().clone())));
+        return Ok(Arc::new(podq_system::Podq::new(
+            map.topology().clone(),
+            args.auto_window,
+            auto_config(args)?,
+        )));
     }
     peers::build(name, map)
 }
@@ -351,6 +383,10 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if args.producers == Some(0) {
         return Err(usage("--producers must be at least 1"));
     }
+    if args.auto_window < Duration::from_millis(1) {
+        return Err(usage("--auto-window must be at least 1ms"));
+    }
+    auto_config(args)?;
     if args.works == 0 {
         return Err(usage("--works must be at least 1"));
     }
@@ -391,7 +427,7 @@ fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
         if names.iter().filter(|n| *n == name).count() > 1 {
             return Err(usage(format!("system `{name}` is named twice")));
         }
-        systems.push(build_system(name, map)?);
+        systems.push(build_system(name, map, args)?);
     }
     Ok(systems)
 }
@@ -448,6 +484,28 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
             let count = args.cq.unwrap_or(map.vcpus().len());
             let producer_cpus = completion::place_producers(map, &args.cq_placement, count)
                 .map_err(|e| usage(format!("{e:#}")))?;
+            let mut moves = Vec::new();
+            for spec in &args.cq_move {
+                if spec != "split" && !spec.starts_with("node") {
+                    return Err(usage(format!(
+                        "--cq-move `{spec}`: expected nodeN or split (a cpulist would be cut at its commas)"
+                    )));
+                }
+                let cpus = completion::place_producers(map, spec, count)
+                    .map_err(|e| usage(format!("{e:#}")))?;
+                moves.push((spec.clone(), cpus));
+            }
+            if !args.toggle.is_empty() && !moves.is_empty() && args.toggle.len() != moves.len() {
+                return Err(usage(format!(
+                    "--toggle has {} segments and --cq-move {}: give both the same number",
+                    args.toggle.len(),
+                    moves.len()
+                )));
+            }
+            // With --cq-move the first segment's placement is the first one named.
+            let producer_cpus = moves
+                .first()
+                .map_or(producer_cpus, |(_, cpus)| cpus.clone());
             vec![Test::Completion(Arc::new(CompletionParams {
                 producer_cpus,
                 depth: args.depth,
@@ -457,6 +515,7 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
                     remote: args.remote_free,
                 },
                 toggle: args.toggle.clone(),
+                moves,
             }))]
         }
     };
@@ -521,6 +580,9 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "cq_placement": args.cq_placement,
         "depth": args.depth,
         "toggle": args.toggle,
+        "cq_move": args.cq_move,
+        "auto_window": humantime::format_duration(args.auto_window).to_string(),
+        "auto_config": auto_config(args).ok(),
         "object_size": args.object_size,
         "alloc_cache": args.alloc_cache,
         "remote_free": args.remote_free,
@@ -582,6 +644,7 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     let completion = of("completion");
     if !completion.is_empty() {
         out.push_str(&completion_table(&completion));
+        out.push_str(&auto_table(&completion));
     }
     if !report.ratios.is_empty() {
         out.push_str(&ratio_table(report));
@@ -839,6 +902,85 @@ fn completion_table(results: &[&RunResult]) -> String {
         ),
         blanked_note(results, &[50.0, 99.0]),
     )
+}
+
+/// `rpciod`'s `auto` switches per segment, and the I/O accounting of each run.
+fn auto_table(results: &[&RunResult]) -> String {
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut accounted = Vec::new();
+    for r in results {
+        let Some(c) = r.completion.as_ref() else {
+            continue;
+        };
+        if let Some(a) = &c.accounting {
+            let whole = a.posted == a.done
+                && a.rpciod[0] == a.rpciod[1]
+                && a.nfsiod[0] == a.nfsiod[1]
+                && a.rpciod[1] == a.done;
+            accounted.push(format!(
+                "{} {}: posted {}, done {}; rpciod queued {} finished {}; nfsiod queued {} finished {}{}",
+                r.system,
+                report::config_label(r.scope, r.strict),
+                a.posted,
+                a.done,
+                a.rpciod[0],
+                a.rpciod[1],
+                a.nfsiod[0],
+                a.nfsiod[1],
+                if whole { " (all accounted for)" } else { " (MISMATCH)" }
+            ));
+        }
+        let Some(auto) = &c.auto else {
+            continue;
+        };
+        let placement = c.placement.clone().unwrap_or_else(|| "-".to_owned());
+        let switches: Vec<String> = auto
+            .switches
+            .iter()
+            .map(|s| {
+                let at = s.window as f64 * auto.window_ns as f64 / 1e9;
+                format!("{at:.1}s {} -> {}: {}", s.from, s.to, s.reason)
+            })
+            .collect();
+        rows.push(vec![
+            label(r),
+            placement,
+            auto.scope_at_end.to_string(),
+            auto.switches.len().to_string(),
+            if switches.is_empty() {
+                "-".to_owned()
+            } else {
+                switches.join("; ")
+            },
+        ]);
+    }
+    let mut out = String::new();
+    if !rows.is_empty() {
+        out.push_str(&format!(
+            "
+auto (rpciod): switches per segment, at the controller's time since it started
+{}",
+            report::table(
+                &["rpciod scope", "CQs", "at end", "switches", "what and why"],
+                &rows,
+                2
+            )
+        ));
+    }
+    if !accounted.is_empty() {
+        out.push_str(
+            "
+I/Os and items once nothing was in flight:
+",
+        );
+        for line in accounted {
+            out.push_str(&format!(
+                "  {line}
+"
+            ));
+        }
+    }
+    out
 }
 
 fn ratio_table(report: &Report) -> String {

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use super::report::Report;
+use serde::Serialize;
+
 use super::usage;
 
 /// The output files of one run.
@@ -83,8 +84,8 @@ impl Outputs {
         Ok(file)
     }
 
-    /// Writes the report as JSON where `--json` said.
-    pub fn write_json(&mut self, report: &Report) -> Result<()> {
+    /// Writes the report (bench's or the simulator's) as JSON where `--json` said.
+    pub fn write_json(&mut self, report: &impl Serialize) -> Result<()> {
         match self.json.take() {
             None => Ok(()),
             Some(Target::Stdout) => {

@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
+use std::time::Duration;
+
+use podq::policy::auto::AutoConfig;
 use podq::{Scope, Topology, Work, Workqueue};
 
 use super::system::{Item, LockCounts, PoolLockCounts, Queue, QueueConfig, System, Task};
@@ -15,12 +18,18 @@ use super::workloads::throughput::tiny;
 /// podq itself).
 pub struct Podq {
     topology: Topology,
+    auto_window: Duration,
+    auto_config: AutoConfig,
 }
 
 impl Podq {
-    /// podq on `topology`.
-    pub fn new(topology: Topology) -> Podq {
-        Podq { topology }
+    /// podq on `topology`; workqueues on `auto` use this window and controller config.
+    pub fn new(topology: Topology, auto_window: Duration, auto_config: AutoConfig) -> Podq {
+        Podq {
+            topology,
+            auto_window,
+            auto_config,
+        }
     }
 }
 
@@ -46,6 +55,8 @@ impl System for Podq {
             .scope(config.scope.unwrap_or(Scope::Default))
             .strict(config.strict.unwrap_or(false))
             .topology(self.topology.clone())
+            .auto_window(self.auto_window)
+            .auto_config(self.auto_config.clone())
             .build()
             .with_context(|| format!("building podq workqueue `{name}` ({})", config.label()))?;
         Ok(Arc::new(PodqQueue {
@@ -111,6 +122,14 @@ impl Queue for PodqQueue {
             total.add(counts);
         }
         Some(total)
+    }
+
+    fn auto(&self) -> Option<podq::auto::AutoStats> {
+        self.wq.stats().auto
+    }
+
+    fn totals(&self) -> Option<podq::stats::Totals> {
+        Some(self.wq.stats().totals)
     }
 }
 

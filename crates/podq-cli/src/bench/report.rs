@@ -142,6 +142,12 @@ pub struct CompletionDetail {
     pub context_switches: u64,
     /// Times a worker saw a different CPU than on its previous item.
     pub migrations: u64,
+    /// The CQ placement of a `--cq-move` segment.
+    pub placement: Option<String>,
+    /// `rpciod`'s `auto` controller over the segment, when its scope is `auto`.
+    pub auto: Option<AutoTrace>,
+    /// Every I/O accounted for, counted after the producers finished (last segment).
+    pub accounting: Option<Accounting>,
     /// When this segment started, seconds since the run's start (0 without `--toggle`).
     pub start_s: f64,
     /// The first round's time series over this segment (`--duration` runs only): MB/s
@@ -159,6 +165,41 @@ pub struct TimelinePoint {
     /// Idle share (0..1) per NUMA node over the interval; per real CPU on a fake
     /// topology, whose nodes share real CPUs (as `idle_per_node`/`idle_per_cpu`).
     pub idle: Vec<f64>,
+}
+
+/// What `rpciod`'s `auto` controller did over a segment.
+#[derive(Debug, Serialize)]
+pub struct AutoTrace {
+    /// The scope in force at the segment's end.
+    pub scope_at_end: Scope,
+    /// The switches made within the segment, with their reasons.
+    pub switches: Vec<podq::policy::auto::Switch>,
+    /// The controller's window, nanoseconds.
+    pub window_ns: u64,
+}
+
+/// I/Os and items of a run, once nothing was in flight.
+#[derive(Debug, Default, Serialize)]
+pub struct Accounting {
+    /// Completions the producers posted.
+    pub posted: u64,
+    /// Completions whose nfsiod item finished.
+    pub done: u64,
+    /// `rpciod` items queued and finished.
+    pub rpciod: [u64; 2],
+    /// `nfsiod` items queued and finished.
+    pub nfsiod: [u64; 2],
+}
+
+impl Accounting {
+    fn add(&mut self, other: &Accounting) {
+        self.posted += other.posted;
+        self.done += other.done;
+        for i in 0..2 {
+            self.rpciod[i] += other.rpciod[i];
+            self.nfsiod[i] += other.nfsiod[i];
+        }
+    }
 }
 
 impl CompletionDetail {
@@ -180,6 +221,15 @@ impl CompletionDetail {
         }
         self.context_switches += other.context_switches;
         self.migrations += other.migrations;
+        if let (Some(a), Some(b)) = (self.auto.as_mut(), other.auto) {
+            a.switches.extend(b.switches);
+            a.scope_at_end = b.scope_at_end;
+        }
+        match (self.accounting.as_mut(), other.accounting) {
+            (Some(a), Some(b)) => a.add(&b),
+            (None, b) => self.accounting = b,
+            _ => {}
+        }
     }
 }
 

@@ -141,6 +141,16 @@ pub trait Queue: Send + Sync {
     fn lock_counts(&self) -> Option<PoolLockCounts> {
         None
     }
+
+    /// The `auto` controller's report, while the queue is on `auto` (podq only).
+    fn auto(&self) -> Option<podq::auto::AutoStats> {
+        None
+    }
+
+    /// Items queued and finished so far, if the system counts them (podq).
+    fn totals(&self) -> Option<podq::stats::Totals> {
+        None
+    }
 }
 
 /// A prepared item.

@@ -56,6 +56,10 @@ fn sim_args(bench: &BenchArgs, machine: &str, topology: &str) -> Result<SimArgs>
             bench.depth
         }),
         toggle: bench.toggle.clone(),
+        cq_move: bench.cq_move.clone(),
+        // The same controller settings as the real run beside it.
+        auto_window: bench.auto_window,
+        auto_config: bench.auto_config.clone(),
         object_size: bench.object_size,
         alloc_cache: bench.alloc_cache,
         remote_free: match bench.remote_free {

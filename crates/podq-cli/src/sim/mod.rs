@@ -5,7 +5,7 @@ pub mod compare;
 mod output;
 mod sweep;
 
-use std::io::{IsTerminal, Write};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,7 @@ use podq_sim::{
 };
 use podq_topology::{CpuSet, Scope, Topology};
 
+use crate::bench::output::Outputs;
 use crate::bench::{topo, usage, StrictArg};
 
 /// What to simulate.
@@ -107,6 +108,18 @@ pub struct SimArgs {
     /// `completion`: rpciod scopes in equal time segments, e.g. smt,cache_shard,smt.
     #[arg(long, value_delimiter = ',', value_parser = parse_scope)]
     pub toggle: Vec<Scope>,
+    /// `completion`: CQ placements in equal time segments, e.g. split,node0 (`nodeN`
+    /// or `split`; the first replaces --cq-placement); a producer moves at its next
+    /// wake-up.
+    #[arg(long, value_delimiter = ',')]
+    pub cq_move: Vec<String>,
+    /// `--scopes auto`: the controller's window of virtual time.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10ms")]
+    pub auto_window: Duration,
+    /// `--scopes auto`: the controller's thresholds and limits as JSON (the fields of
+    /// `podq::policy::auto::AutoConfig`; missing ones keep their defaults).
+    #[arg(long, value_name = "FILE.json")]
+    pub auto_config: Option<PathBuf>,
     /// `completion`: allocator object size in bytes.
     #[arg(long, default_value_t = 256)]
     pub object_size: usize,
@@ -276,6 +289,7 @@ fn validate(args: &SimArgs) -> Result<()> {
     };
     use SimWorkload::*;
     only(!args.toggle.is_empty(), "--toggle", &[Completion])?;
+    only(!args.cq_move.is_empty(), "--cq-move", &[Completion])?;
     only(args.cq.is_some(), "--cq", &[Completion])?;
     only(args.depth.is_some(), "--depth", &[Completion, Throughput])?;
     only(
@@ -284,8 +298,8 @@ fn validate(args: &SimArgs) -> Result<()> {
         &[Queue, Throughput, Ladder],
     )?;
     only(args.cpu.is_some(), "--cpu", &[Latency, Ladder])?;
-    if !args.toggle.is_empty() && args.items.is_some() {
-        return Err(usage("--toggle needs --duration, not --items"));
+    if (!args.toggle.is_empty() || !args.cq_move.is_empty()) && args.items.is_some() {
+        return Err(usage("--toggle and --cq-move need --duration, not --items"));
     }
     Ok(())
 }
@@ -331,8 +345,14 @@ fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
             if count == 0 {
                 return Err(usage("--cq must be at least 1"));
             }
+            let moves = cq_moves(args, topology, count)?;
+            // With --cq-move the first segment's placement is the first one named.
+            let producer_cpus = match moves.first() {
+                Some(first) => first.clone(),
+                None => place_producers(topology, &args.cq_placement, count)?,
+            };
             vec![Workload::Completion(CompletionSpec {
-                producer_cpus: place_producers(topology, &args.cq_placement, count)?,
+                producer_cpus,
                 depth: args.depth.unwrap_or(16),
                 object_size: args.object_size,
                 alloc_cache: args.alloc_cache,
@@ -344,19 +364,82 @@ fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
                 rpciod_ns: ns(args.rpciod_work),
                 nfsiod_ns: ns(args.nfsiod_work),
                 toggle: args.toggle.clone(),
+                moves,
             })]
         }
     })
 }
 
+/// `--cq-move`: the producers' CPUs in each segment.
+fn cq_moves(args: &SimArgs, topology: &Topology, count: usize) -> Result<Vec<Vec<usize>>> {
+    if !args.toggle.is_empty()
+        && !args.cq_move.is_empty()
+        && args.toggle.len() != args.cq_move.len()
+    {
+        return Err(usage(format!(
+            "--toggle has {} segments and --cq-move {}: give both the same number",
+            args.toggle.len(),
+            args.cq_move.len()
+        )));
+    }
+    args.cq_move
+        .iter()
+        .map(|spec| {
+            if spec != "split" && !spec.starts_with("node") {
+                return Err(usage(format!(
+                    "--cq-move `{spec}`: expected nodeN or split (a cpulist would be cut at its commas)"
+                )));
+            }
+            place_producers(topology, spec, count)
+        })
+        .collect()
+}
+
+/// `--auto-window` and `--auto-config`.
+fn auto_spec(args: &SimArgs) -> Result<podq_sim::auto::AutoSpec> {
+    if args.auto_window < Duration::from_micros(1) {
+        return Err(usage("--auto-window must be at least 1us"));
+    }
+    let config = match &args.auto_config {
+        None => podq::policy::auto::AutoConfig::default(),
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| usage(format!("--auto-config {}: {e}", path.display())))?;
+            let config: podq::policy::auto::AutoConfig = serde_json::from_str(&text)
+                .map_err(|e| usage(format!("--auto-config {}: {e}", path.display())))?;
+            config
+                .validate()
+                .map_err(|e| usage(format!("--auto-config {}: {e}", path.display())))?;
+            config
+        }
+    };
+    Ok(podq_sim::auto::AutoSpec {
+        window_ns: ns(args.auto_window),
+        config,
+    })
+}
+
 /// `--cq-placement`, as `podq bench` places CQ producers: `node0` cycles through the
-/// first node's CPUs, `split` alternates nodes, a cpulist cycles through its CPUs.
+/// first node's CPUs (`nodeN` the N-th's), `split` alternates nodes, a cpulist cycles
+/// through its CPUs.
 pub fn place_producers(topology: &Topology, spec: &str, count: usize) -> Result<Vec<usize>> {
     let nodes: Vec<Vec<usize>> = topology
         .nodes()
         .into_iter()
         .map(|n| topology.node_cpus(n).iter().collect())
         .collect();
+    if let Some(n) = spec
+        .strip_prefix("node")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
+        let Some(cpus) = nodes.get(n) else {
+            return Err(usage(format!(
+                "--cq-placement `{spec}`: the topology has {} node(s)",
+                nodes.len()
+            )));
+        };
+        return Ok(cpus.iter().copied().cycle().take(count).collect());
+    }
     Ok(match spec {
         "node0" => nodes[0].iter().copied().cycle().take(count).collect(),
         "split" => (0..count)
@@ -401,6 +484,7 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
         (None, Some(d)) => RunLength::Duration(ns(d)),
         (None, None) => RunLength::Duration(100_000_000),
     };
+    let auto = auto_spec(args)?;
     let mut out = Vec::new();
     for workload in workloads(args, topology)? {
         let scopes = if args.toggle.is_empty() {
@@ -418,7 +502,10 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
                 out.push(Case {
                     spec: RunSpec {
                         workload: workload.clone(),
-                        queue: QueueSpec::new(name, scope, s),
+                        queue: QueueSpec {
+                            auto: auto.clone(),
+                            ..QueueSpec::new(name, scope, s)
+                        },
                         length,
                         warmup: ns(args.warmup),
                         seed: args.seed,
@@ -490,29 +577,20 @@ pub fn run(args: &SimArgs) -> Result<()> {
         print!("{text}");
         return Ok(());
     }
+    // Checked and created before the simulation, as bench does.
+    let mut outputs = Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
     let progress = progress_bar(args, cases.len() as u64);
     let done = run_cases(&cases, &setup.topology, &setup.params, &progress)?;
     progress.finish_and_clear();
     let report = output::report(args, &setup, &done);
     let text = output::render(args, &setup, &report);
-    match args.json.as_deref() {
-        Some("-") => {
-            eprint!("{text}");
-            let mut out = std::io::stdout().lock();
-            serde_json::to_writer_pretty(&mut out, &report).context("writing JSON to stdout")?;
-            writeln!(out).context("writing JSON to stdout")?;
-        }
-        Some(path) => {
-            print!("{text}");
-            let file = std::fs::File::create(path).with_context(|| format!("creating {path}"))?;
-            serde_json::to_writer_pretty(std::io::BufWriter::new(file), &report)
-                .with_context(|| format!("writing {path}"))?;
-        }
-        None => print!("{text}"),
+    if args.json.as_deref() == Some("-") {
+        eprint!("{text}");
+    } else {
+        print!("{text}");
     }
-    if let Some(path) = &args.plot {
-        std::fs::write(path, output::plot(report)?)
-            .with_context(|| format!("writing {}", path.display()))?;
-    }
+    outputs.write_json(&report)?;
+    outputs.write_plot(|| output::plot(report))?;
+    outputs.keep();
     Ok(())
 }

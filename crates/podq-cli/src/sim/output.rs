@@ -3,6 +3,7 @@
 
 use hdrhistogram::Histogram;
 use podq_sim::{CostParams, PoolLocks, SegmentOutput, Workload};
+use podq_topology::Scope;
 use serde::Serialize;
 
 use super::{Done, Setup, SimArgs, SimWorkload};
@@ -86,8 +87,29 @@ pub struct SimInfo {
     pub workers_created: u64,
     /// Idle share per node (`[node, share]`).
     pub idle_per_node: Vec<(usize, f64)>,
+    /// `auto`: the scope in force at the end and the switches made in this result.
+    pub auto: Option<SimAutoInfo>,
     /// Wall-clock figures: the only fields that differ between identical runs.
     pub wall: WallInfo,
+}
+
+/// What the `auto` controller did in one result.
+#[derive(Serialize)]
+pub struct SimAutoInfo {
+    /// The concrete scope in force at the end.
+    pub scope_at_end: Scope,
+    /// The switches, with the virtual time of each.
+    pub switches: Vec<SimSwitch>,
+}
+
+/// One switch of the simulated `auto` controller.
+#[derive(Serialize)]
+pub struct SimSwitch {
+    /// Virtual time, ns since the start of the run.
+    pub at_ns: u64,
+    /// The switch and its reason.
+    #[serde(flatten)]
+    pub switch: podq::policy::auto::Switch,
 }
 
 /// Wall-clock figures of a run.
@@ -147,6 +169,9 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
             nfsiod_pool_locks: seg.nfsiod_pool_locks.as_ref().map(pool_locks),
             context_switches: seg.counters.context_switches,
             migrations: seg.counters.migrations,
+            placement: None,
+            auto: None,
+            accounting: None,
             start_s: done.output.segments[..index]
                 .iter()
                 .map(|s| s.seconds)
@@ -207,6 +232,17 @@ fn sim_info(setup: &Setup, done: &Done, seg: &SegmentOutput) -> SimInfo {
         repatriations: seg.counters.repatriations,
         workers_created: seg.counters.workers_created,
         idle_per_node: seg.idle_per_node.clone(),
+        auto: (seg.scope == Scope::Auto).then(|| SimAutoInfo {
+            scope_at_end: seg.scope_at_end,
+            switches: seg
+                .auto_switches
+                .iter()
+                .map(|s| SimSwitch {
+                    at_ns: s.at,
+                    switch: s.switch.clone(),
+                })
+                .collect(),
+        }),
         wall: WallInfo {
             seconds: done.wall_seconds,
             events_per_sec: done.output.events as f64 / done.wall_seconds.max(1e-9),
@@ -468,6 +504,45 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
                 &rows,
                 1
             )
+        ));
+    }
+    let auto: Vec<Vec<String>> = report
+        .results
+        .iter()
+        .filter_map(|s| {
+            let a = s.sim.auto.as_ref()?;
+            let switches: Vec<String> = a
+                .switches
+                .iter()
+                .map(|w| {
+                    let s = &w.switch;
+                    format!(
+                        "{} {} -> {}: {}",
+                        human_ns(w.at_ns as f64),
+                        s.from,
+                        s.to,
+                        s.reason
+                    )
+                })
+                .collect();
+            Some(vec![
+                format!("{} {}", s.run.test, label(&s.run)),
+                a.scope_at_end.to_string(),
+                a.switches.len().to_string(),
+                if switches.is_empty() {
+                    "-".to_owned()
+                } else {
+                    switches.join("; ")
+                },
+            ])
+        })
+        .collect();
+    if !auto.is_empty() {
+        out.push_str(&format!(
+            "
+auto: switches at virtual times
+{}",
+            report::table(&["run", "at end", "switches", "what and why"], &auto, 2)
         ));
     }
     let events: u64 = report

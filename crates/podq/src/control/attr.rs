@@ -3,7 +3,7 @@
 //!
 //! | attribute | read | write |
 //! |---|---|---|
-//! | `affinity_scope` | scope name; `default (<effective>)` for `default` | one scope name, exact, case-sensitive |
+//! | `affinity_scope` | scope name; `default (<effective>)` for `default`, `auto (<chosen>)` for `auto` | one scope name (or `auto`), exact, case-sensitive |
 //! | `affinity_strict` | `0` / `1` | an integer (`kstrtoint` rules); non-zero means 1 |
 //! | `cpumask` | hex bitmap, 32-bit groups, most significant first, as `%*pb` | the same form |
 //! | `max_active` | the requested value | a decimal integer > 0, clamped to [1, 2048]; enforced per NUMA node (see below) |
@@ -156,7 +156,8 @@ pub fn parse_value(attr: Attr, text: &str, nr_cpu_ids: usize) -> Result<AttrValu
             .map(AttrValue::AffinityScope)
             .map_err(|_| {
                 invalid(
-                    "expected one of default, cpu, smt, cache, cache_shard, numa, system".into(),
+                    "expected one of default, cpu, smt, cache, cache_shard, numa, system, auto"
+                        .into(),
                 )
             }),
         Attr::AffinityStrict => parse_kstrtoint(body)
@@ -200,6 +201,7 @@ pub fn format_value(attr: Attr, attrs: &QueueAttrs, nr_cpu_ids: usize) -> String
     match attr {
         Attr::AffinityScope => match attrs.scope {
             Scope::Default => format!("default ({})", attrs.effective_scope),
+            Scope::Auto => format!("auto ({})", attrs.effective_scope),
             scope => scope.name().to_owned(),
         },
         Attr::AffinityStrict => u8::from(attrs.strict).to_string(),
@@ -329,6 +331,9 @@ mod tests {
         a.strict = true;
         a.nice = -5;
         assert_eq!(format_value(Attr::AffinityScope, &a, 2), "numa");
+        a.scope = Scope::Auto;
+        a.effective_scope = Scope::Smt;
+        assert_eq!(format_value(Attr::AffinityScope, &a, 2), "auto (smt)");
         assert_eq!(format_value(Attr::AffinityStrict, &a, 2), "1");
         assert_eq!(format_value(Attr::Nice, &a, 2), "-5");
     }
@@ -379,7 +384,18 @@ mod tests {
             p(Attr::AffinityScope, "default").unwrap(),
             AttrValue::AffinityScope(Scope::Default)
         );
-        for bad in ["cache_shard\n\n", "Cache", "cach", "", "default (numa)"] {
+        assert_eq!(
+            p(Attr::AffinityScope, "auto\n").unwrap(),
+            AttrValue::AffinityScope(Scope::Auto)
+        );
+        for bad in [
+            "cache_shard\n\n",
+            "Cache",
+            "cach",
+            "",
+            "default (numa)",
+            "auto (smt)",
+        ] {
             let err = p(Attr::AffinityScope, bad).unwrap_err().to_string();
             assert!(
                 err.contains("affinity_scope") && err.contains("cache_shard"),

@@ -30,9 +30,11 @@ pub(crate) fn stats_of(name: &str, a: &QueueAttrs) -> WorkqueueStats {
             cpumask: a.cpumask.clone(),
             nice: a.nice,
             max_active: a.max_active,
+            min_active: crate::policy::min_active(a.max_active),
             ordered: a.ordered,
         },
         effective_scope: a.effective_scope,
+        auto: None,
         totals: Totals::default(),
         pools: Vec::new(),
     }

@@ -50,7 +50,7 @@ pub use attr::{AttrValue, QueueAttrs};
 pub(crate) use attr::{AttrValue, QueueAttrs};
 pub use client::{Client, MAX_REPLY_BYTES};
 pub use error::{Cause, ControlError};
-pub use protocol::{parse_request, QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
+pub use protocol::{parse_request, LeftAlone, QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
 pub(crate) use registry::{ControlledQueue, Registry};
 pub use runtime::start;
 pub use server::{ControlServer, ControlServerBuilder};
@@ -78,10 +78,29 @@ mod tests {
 
     #[test]
     #[cfg_attr(miri, ignore = "reads /sys and /proc")]
-    fn refresh_reports_the_usable_cpus() {
+    fn refresh_reports_the_usable_cpus_and_what_it_left_alone() {
+        let fake = crate::Workqueue::builder("refresh-reply-fake")
+            .topology(crate::testing::fake_topology(2, 1, 2, 1))
+            .build()
+            .unwrap();
         let reply = req(r#"{"cmd":"refresh"}"#);
         let live = crate::topology::Topology::live().unwrap();
-        assert_eq!(reply, Reply::value(live.usable().to_list()));
+        assert!(reply.ok, "{reply:?}");
+        assert_eq!(reply.value, Some(live.usable().to_list()));
+        let left = reply
+            .not_repodded
+            .expect("a refresh reply lists what it left alone");
+        let mine: Vec<&LeftAlone> = left
+            .iter()
+            .filter(|l| l.workqueue == "refresh-reply-fake")
+            .collect();
+        assert_eq!(mine.len(), 1, "{left:?}");
+        assert!(
+            mine[0].reason.contains("not this machine"),
+            "{}",
+            mine[0].reason
+        );
+        drop(fake);
     }
 
     #[test]

@@ -129,6 +129,19 @@ pub struct Reply {
     /// Stats snapshots (`stats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Vec<WorkqueueStats>>,
+    /// Live workqueues a `refresh` left on their pods, with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_repodded: Option<Vec<LeftAlone>>,
+}
+
+/// A workqueue a `refresh` deliberately did not re-pod.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LeftAlone {
+    /// Its name.
+    pub workqueue: String,
+    /// Why it was left alone.
+    pub reason: String,
 }
 
 impl Reply {
@@ -163,6 +176,23 @@ impl Reply {
             ok: true,
             value: Some(value),
             ..Reply::default()
+        }
+    }
+
+    /// A `refresh` reply: the usable CPUs, and the workqueues left alone.
+    pub(crate) fn refreshed(report: &crate::topology::Refreshed) -> Reply {
+        Reply {
+            not_repodded: Some(
+                report
+                    .not_repodded
+                    .iter()
+                    .map(|n| LeftAlone {
+                        workqueue: n.workqueue.clone(),
+                        reason: n.reason.to_string(),
+                    })
+                    .collect(),
+            ),
+            ..Reply::value(report.usable.to_list())
         }
     }
 

@@ -46,14 +46,12 @@ pub trait ControlTarget: Send + Sync {
     /// Stats snapshots: of every visible workqueue, or of the one named.
     fn stats(&self, queue: Option<&str>) -> Result<Vec<WorkqueueStats>, ControlError>;
 
-    /// Re-reads the usable CPUs and re-pods live workqueues; returns the usable CPUs.
+    /// Re-reads the usable CPUs and re-pods live workqueues; says what it did.
     /// By default the process's own [`crate::topology::refresh`].
-    fn refresh(&self) -> Result<crate::topology::CpuSet, ControlError> {
-        crate::topology::refresh()
-            .map(|report| report.usable)
-            .map_err(|e| ControlError::Refresh {
-                source: Box::new(e),
-            })
+    fn refresh(&self) -> Result<crate::topology::Refreshed, ControlError> {
+        crate::topology::refresh().map_err(|e| ControlError::Refresh {
+            source: Box::new(e),
+        })
     }
 }
 
@@ -112,7 +110,7 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             target.set_default_scope(scope)?;
             Ok(Reply::value(target.default_scope().name().to_owned()))
         }
-        Request::Refresh => Ok(Reply::value(target.refresh()?.to_list())),
+        Request::Refresh => Ok(Reply::refreshed(&target.refresh()?)),
         Request::Stats { queue } => {
             if let Some(name) = &queue {
                 find(name)?;

@@ -10,10 +10,11 @@ use super::flush::InFlight;
 use super::registry::{default_scope, pools, NEXT_POOL_ID};
 use super::{read, write, Config, Pwq, PwqState, Released, Table, WqShared};
 use crate::attrs::{self, PoolKey};
+use crate::auto::{self, AutoRun};
 use crate::policy;
 use crate::pool::Pool;
 use crate::sync::lock_std as lock;
-use crate::{Attrs, Error};
+use crate::{Attrs, Error, Scope};
 
 impl WqShared {
     pub(super) fn change(self: &Arc<Self>, edit: impl FnOnce(&mut Attrs)) -> Result<(), Error> {
@@ -21,8 +22,12 @@ impl WqShared {
         let mut attrs = cfg.attrs.clone();
         edit(&mut attrs);
         let released = self.apply(&mut cfg, attrs)?;
+        let on_auto = cfg.auto.is_some();
         drop(cfg);
         drop(released);
+        if on_auto {
+            auto::wake_sampler()?;
+        }
         Ok(())
     }
 
@@ -40,6 +45,37 @@ impl WqShared {
     ) -> Result<Released, Error> {
         // Prepare.
         attrs::validate(&attrs)?;
+        // `auto` chooses the concrete scope and strictness the plan is made for; the
+        // requested attributes (`auto` included) are what the workqueue keeps.
+        let usable = self.usable_now();
+        let requested = attrs.scope.resolve(default_scope());
+        // Ordered workqueues have one pool whatever the scope: nothing to choose.
+        let auto = if requested == Scope::Auto && !self.ordered {
+            let effective =
+                policy::hotplug_cpumask(&attrs.cpumask, &usable, self.topology.usable())?;
+            Some(AutoRun::plan(
+                cfg.auto.as_ref(),
+                &self.auto_settings,
+                cfg.effective_scope,
+                attrs.strict,
+                &self.topology,
+                &effective,
+            )?)
+        } else {
+            None
+        };
+        let planned = match &auto {
+            Some(run) => Attrs {
+                scope: run.scope(),
+                strict: run.strict(),
+                ..attrs.clone()
+            },
+            None if requested == Scope::Auto => Attrs {
+                scope: cfg.effective_scope,
+                ..attrs.clone()
+            },
+            None => attrs.clone(),
+        };
         let old_table = Arc::clone(&read(&self.table));
         let mut old: Vec<Arc<Pwq>> = Vec::new();
         for pwq in old_table
@@ -64,7 +100,7 @@ impl WqShared {
             idle_timeout: self.idle_timeout,
             default_scope: default_scope(),
         };
-        let plan = policy::plan(&current, &attrs, &self.usable_now(), &shape)?;
+        let plan = policy::plan(&current, &planned, &usable, &shape)?;
         let mut fresh: Vec<Arc<Pwq>> = Vec::new();
         let pwqs: Vec<Arc<Pwq>> = plan
             .pools
@@ -143,6 +179,7 @@ impl WqShared {
         cfg.retired.retain(|(w, _)| w.strong_count() > 0);
         cfg.attrs = attrs;
         cfg.effective_scope = scope;
+        cfg.auto = auto;
         self.store_node_limits(&plan.limits);
         self.unplug_oldest();
         for node in &self.nodes {
@@ -217,8 +254,14 @@ impl WqShared {
         }
         let mut cfg = lock(&wq.config);
         cfg.attrs.max_active = n;
+        cfg.attrs.min_active = cfg.attrs.min_active.min(n);
         let effective = read(&wq.table).unbound.clone();
-        wq.store_node_limits(&policy::node_limits(n, &effective, &wq.topology));
+        wq.store_node_limits(&policy::node_limits_with_floor(
+            n,
+            cfg.attrs.min_active,
+            &effective,
+            &wq.topology,
+        ));
         drop(cfg);
         for node in &wq.nodes {
             wq.activate(node);

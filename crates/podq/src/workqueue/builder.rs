@@ -12,6 +12,7 @@ use super::flush::FlushDomain;
 use super::registry::{env_default, registry, topology_id, NEXT_WQ_ID};
 use super::{refresh, Config, NodeActive, Table, WqHandle, WqShared};
 use crate::attrs;
+use crate::auto;
 use crate::cpu::{self, CpuMap};
 use crate::fault::ErrorHook;
 use crate::policy;
@@ -33,6 +34,7 @@ pub struct WorkqueueBuilder {
     topology: Option<Topology>,
     idle_timeout: Duration,
     rescuer: bool,
+    auto: auto::Settings,
     panic_hook: Option<PanicHook>,
     error_hook: Option<ErrorHook>,
 }
@@ -49,6 +51,7 @@ impl fmt::Debug for WorkqueueBuilder {
             .field("nice", &self.nice)
             .field("idle_timeout", &self.idle_timeout)
             .field("rescuer", &self.rescuer)
+            .field("auto", &self.auto)
             .field("panic_hook", &self.panic_hook.is_some())
             .field("error_hook", &self.error_hook.is_some())
             .finish_non_exhaustive()
@@ -148,6 +151,20 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// How often `auto` judges the statistics (default 100 ms, at least 1 ms): a switch
+    /// needs `confirm_windows` windows, and waits `min_dwell_windows` after the last.
+    pub fn auto_window(mut self, window: Duration) -> Self {
+        self.auto.window = window;
+        self
+    }
+
+    /// The thresholds and limits of the `auto` controller (default:
+    /// [`policy::auto::AutoConfig::default`]).
+    pub fn auto_config(mut self, config: policy::auto::AutoConfig) -> Self {
+        self.auto.config = config;
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -156,6 +173,15 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
+        if self.auto.window < Duration::from_millis(1) {
+            return Err(Error::InvalidAutoWindow {
+                window: self.auto.window,
+            });
+        }
+        self.auto
+            .config
+            .validate()
+            .map_err(|reason| Error::InvalidAutoConfig { reason })?;
         let (topology, live) = match self.topology {
             Some(t) => {
                 let live = refresh::is_live_machine(&t);
@@ -170,6 +196,7 @@ impl WorkqueueBuilder {
             cpumask,
             nice: self.nice,
             max_active: if self.ordered { 1 } else { self.max_active },
+            min_active: policy::min_active(if self.ordered { 1 } else { self.max_active }),
             ordered: self.ordered,
         };
         attrs::validate(&attrs)?;
@@ -189,11 +216,13 @@ impl WorkqueueBuilder {
             live,
             topology: Arc::new(topology),
             idle_timeout: self.idle_timeout,
+            auto_settings: self.auto,
             node_index,
             config: Mutex::new(Config {
                 attrs: attrs.clone(),
                 effective_scope: Scope::BUILTIN_DEFAULT,
                 retired: Vec::new(),
+                auto: None,
             }),
             table: ShardedLock::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
@@ -216,9 +245,14 @@ impl WorkqueueBuilder {
         if self.rescuer {
             pool::start_rescuer(shared.id, &shared.name)?;
         }
+        let on_auto = lock(&shared.config).auto.is_some();
         let mut wqs = lock(registry());
         wqs.retain(|w| w.strong_count() > 0);
         wqs.push(Arc::downgrade(&shared));
+        drop(wqs);
+        if on_auto {
+            auto::wake_sampler()?;
+        }
         Ok(Workqueue {
             handle: Arc::new(WqHandle { shared }),
         })
@@ -239,6 +273,7 @@ impl Workqueue {
             topology: None,
             idle_timeout: policy::IDLE_WORKER_TIMEOUT,
             rescuer: false,
+            auto: auto::Settings::default(),
             panic_hook: None,
             error_hook: None,
         }

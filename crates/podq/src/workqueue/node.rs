@@ -44,6 +44,12 @@ impl<P> NodeActive<P> {
         self.max.store(max, SeqCst);
     }
 
+    /// The node's share of `max_active` (for tests of the limits).
+    #[cfg(test)]
+    pub(crate) fn max(&self) -> usize {
+        self.max.load(SeqCst)
+    }
+
     /// Takes a slot if one is free (`policy::may_activate`).
     pub(crate) fn try_inc(&self) -> bool {
         let mut nr = self.nr.load(SeqCst);

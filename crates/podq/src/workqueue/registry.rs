@@ -78,7 +78,8 @@ pub fn default_scope() -> Scope {
 
 /// Sets the process-wide default scope; every live workqueue on `Scope::Default`
 /// switches to it at once (queued items finish on their old pools). `Default` itself is
-/// refused.
+/// refused; `Auto` makes those workqueues choose their scope themselves, each with its
+/// own controller (see [`crate::auto`]).
 ///
 /// ```
 /// use podq::{Scope, Workqueue};
@@ -108,6 +109,9 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
             drop(cfg);
             drop(released);
         }
+    }
+    if scope == Scope::Auto {
+        crate::auto::wake_sampler()?;
     }
     Ok(())
 }

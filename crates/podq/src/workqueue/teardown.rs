@@ -26,6 +26,9 @@ impl Drop for WqHandle {
         pool::stop_rescuer(wq.id);
         let retired = std::mem::take(&mut lock(&wq.config).retired);
         wq.destroyed.store(true, SeqCst);
+        // An `auto` switch in progress finishes before the table goes; later ones see
+        // `destroyed`.
+        drop(lock(&wq.config));
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
         let old = std::mem::replace(

@@ -5,7 +5,9 @@
 //! CPU, writes a 4 KiB buffer there and queues an `rpciod` item. The `rpciod` item frees
 //! the request (remote when it runs elsewhere), allocates a task object, reads the
 //! buffer and queues an `nfsiod` item, which frees the task object and returns the slot
-//! to its producer. `--toggle` changes `rpciod`'s scope live in equal time segments.
+//! to its producer. `--toggle` changes `rpciod`'s scope live in equal time segments;
+//! `--cq-move` moves the producers between placements the same way (each re-pins to
+//! its CPU in the new placement), so that an `auto` scope has a moving load to follow.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -19,7 +21,9 @@ use podq_topology::{CpuSet, Scope};
 
 use super::{empty_sample, RunLength, Sample};
 use crate::bench::alloc_model::{AllocConfig, AllocCounts, AllocModel, Object};
-use crate::bench::report::{new_histogram, record, CompletionDetail, TimelinePoint};
+use crate::bench::report::{
+    new_histogram, record, Accounting, AutoTrace, CompletionDetail, TimelinePoint,
+};
 use crate::bench::system::placement::{self, CpuMap};
 use crate::bench::system::{Item, PoolLockCounts, Queue, QueueConfig, System};
 
@@ -38,10 +42,14 @@ pub struct CompletionParams {
     pub alloc: AllocConfig,
     /// Scopes `rpciod` goes through in equal segments; empty: no toggling.
     pub toggle: Vec<Scope>,
+    /// Placements the producers go through in equal segments (name, CPU of each
+    /// producer); empty: they stay on `producer_cpus`.
+    pub moves: Vec<(String, Vec<usize>)>,
 }
 
 /// Resolves `--cq-placement` for `count` producers: `node0` (every CQ on the first
-/// node), `split` (alternating nodes) or a cpulist of virtual CPUs, used round-robin.
+/// node; `nodeN` on the N-th), `split` (alternating nodes) or a cpulist of virtual CPUs,
+/// used round-robin.
 pub fn place_producers(map: &CpuMap, spec: &str, count: usize) -> Result<Vec<usize>> {
     if count == 0 {
         bail!("--cq must be at least 1");
@@ -52,8 +60,19 @@ pub fn place_producers(map: &CpuMap, spec: &str, count: usize) -> Result<Vec<usi
         .into_iter()
         .map(|n| topology.node_cpus(n).iter().collect())
         .collect();
+    let nth_node = spec
+        .strip_prefix("node")
+        .and_then(|n| n.parse::<usize>().ok());
+    if let Some(n) = nth_node {
+        let Some(cpus) = nodes.get(n) else {
+            bail!(
+                "--cq-placement `{spec}`: the topology has {} node(s)",
+                nodes.len()
+            );
+        };
+        return Ok(cpus.iter().copied().cycle().take(count).collect());
+    }
     Ok(match spec {
-        "node0" => nodes[0].iter().copied().cycle().take(count).collect(),
         "split" => (0..count)
             .map(|i| {
                 let node = &nodes[i % nodes.len()];
@@ -130,6 +149,7 @@ struct Snapshot {
     alloc: AllocCounts,
     rpciod: Option<PoolLockCounts>,
     nfsiod: Option<PoolLockCounts>,
+    auto: Option<podq::auto::AutoStats>,
     cpu_times: Vec<(usize, CpuTimes)>,
     context_switches: u64,
 }
@@ -194,11 +214,11 @@ pub fn run(
     params: &CompletionParams,
     length: RunLength,
 ) -> Result<Vec<Sample>> {
-    let segments = params.toggle.len().max(1);
+    let segments = params.toggle.len().max(params.moves.len()).max(1);
     let segment_length = match length {
         RunLength::Duration(d) => d / segments as u32,
-        RunLength::Items(_) if !params.toggle.is_empty() => {
-            bail!("--toggle needs --duration, not --items")
+        RunLength::Items(_) if !params.toggle.is_empty() || !params.moves.is_empty() => {
+            bail!("--toggle and --cq-move need --duration, not --items")
         }
         RunLength::Items(_) => Duration::ZERO,
     };
@@ -243,15 +263,17 @@ pub fn run(
             alloc: shared.alloc.counts(),
             rpciod: rpciod.lock_counts(),
             nfsiod: nfsiod.lock_counts(),
+            auto: rpciod.auto(),
             cpu_times: read_cpu_times()?,
             context_switches: context_switches()?,
         })
     };
-    let (segment_marks, histograms, ticks) = std::thread::scope(|s| -> Result<_> {
+    let (segment_marks, histograms, ticks, accounting) = std::thread::scope(|s| -> Result<_> {
         let handles: Vec<_> = params
             .producer_cpus
             .iter()
-            .map(|&vcpu| {
+            .enumerate()
+            .map(|(index, &vcpu)| {
                 let ctx = ProducerCtx {
                     system,
                     rpciod: &*rpciod,
@@ -264,8 +286,9 @@ pub fn run(
                     segments,
                     depth: params.depth,
                     limit,
+                    moves: &params.moves,
                 };
-                s.spawn(move || producer(&ctx, vcpu))
+                s.spawn(move || producer(&ctx, index, vcpu))
             })
             .collect();
         // Each segment is measured from its own start mark to its own end mark. The
@@ -318,8 +341,10 @@ pub fn run(
         let end = snapshot();
         stop.store(true, Ordering::Relaxed);
         let mut histograms = vec![new_histogram(); segments];
+        let mut posted = 0;
         for handle in handles {
-            let produced = handle.join().expect("producer threads do not panic")?;
+            let (produced, count) = handle.join().expect("producer threads do not panic")?;
+            posted += count;
             for (total, h) in histograms.iter_mut().zip(produced) {
                 // Same bounds on both sides.
                 let _ = total.add(&h);
@@ -327,13 +352,24 @@ pub fn run(
         }
         outcome?;
         ends.push(end?);
+        // Every producer waited for its I/Os: nothing is in flight any more.
+        let counted = |q: &dyn Queue| q.totals().map_or([0; 2], |t| [t.queued, t.completed]);
+        let accounting = Accounting {
+            posted,
+            done: shared.completed.load(Ordering::Relaxed),
+            rpciod: counted(&*rpciod),
+            nfsiod: counted(&*nfsiod),
+        };
         Ok((
             starts.into_iter().zip(ends).collect::<Vec<_>>(),
             histograms,
             ticks,
+            accounting,
         ))
     })?;
     let fake = map.is_fake();
+    let mut accounting = Some(accounting);
+    let last = segment_marks.len() - 1;
     let idle_of = |a: &[(usize, CpuTimes)], b: &[(usize, CpuTimes)]| {
         if fake {
             idle_shares(a, b)
@@ -364,6 +400,19 @@ pub fn run(
             sample.latency = latency;
             sample.pool_locks = b.rpciod.zip(a.rpciod).map(|(b, a)| b.since(&a));
             sample.segment_scope = params.toggle.get(index).copied();
+            let auto = b.auto.as_ref().map(|at_end| {
+                let after = a.auto.as_ref().map_or(0, |s| s.windows);
+                AutoTrace {
+                    scope_at_end: at_end.scope,
+                    switches: at_end
+                        .history
+                        .iter()
+                        .filter(|s| s.window > after)
+                        .cloned()
+                        .collect(),
+                    window_ns: at_end.window_ns,
+                }
+            });
             // The points whose interval centre falls in this segment.
             let split = timeline.partition_point(|(mid, _)| *mid < b.at);
             let rest = timeline.split_off(split);
@@ -381,6 +430,13 @@ pub fn run(
                 nfsiod_pool_locks: b.nfsiod.zip(a.nfsiod).map(|(b, a)| b.since(&a)),
                 context_switches: b.context_switches - a.context_switches,
                 migrations: b.migrations - a.migrations,
+                placement: params.moves.get(index).map(|(name, _)| name.clone()),
+                auto,
+                accounting: if index == last {
+                    accounting.take()
+                } else {
+                    None
+                },
             });
             sample
         })
@@ -399,6 +455,7 @@ struct ProducerCtx<'a> {
     segments: usize,
     depth: usize,
     limit: u64,
+    moves: &'a [(String, Vec<usize>)],
 }
 
 /// Builds one slot's items: the nfsiod item first, since the rpciod item queues it.
@@ -441,8 +498,12 @@ fn build_slot(
 }
 
 /// Posts completions until told to stop, then waits for its I/Os to finish. Returns
-/// the latency histogram of each segment.
-fn producer(ctx: &ProducerCtx<'_>, vcpu: usize) -> Result<Vec<Histogram<u64>>> {
+/// the latency histogram of each segment and the completions it posted.
+fn producer(
+    ctx: &ProducerCtx<'_>,
+    index: usize,
+    mut vcpu: usize,
+) -> Result<(Vec<Histogram<u64>>, u64)> {
     let pinned = ctx.map.pin_current(vcpu);
     if pinned.is_ok() {
         ctx.system.enter_cpu(vcpu);
@@ -479,7 +540,21 @@ fn producer(ctx: &ProducerCtx<'_>, vcpu: usize) -> Result<Vec<Histogram<u64>>> {
         let segment = ctx.segment.load(Ordering::Relaxed).min(ctx.segments - 1);
         record(&mut histograms[segment], latency);
     };
+    let mut placed_for = 0;
+    let mut moved = Ok(());
     while posted < ctx.limit && !ctx.stop.load(Ordering::Relaxed) {
+        let segment = ctx.segment.load(Ordering::Relaxed);
+        if segment != placed_for {
+            placed_for = segment;
+            if let Some((_, cpus)) = ctx.moves.get(segment) {
+                vcpu = cpus[index];
+                moved = ctx.map.pin_current(vcpu);
+                if moved.is_err() {
+                    break;
+                }
+                ctx.system.enter_cpu(vcpu);
+            }
+        }
         let index = match idle.pop() {
             Some(i) => i,
             None => {
@@ -506,7 +581,8 @@ fn producer(ctx: &ProducerCtx<'_>, vcpu: usize) -> Result<Vec<Histogram<u64>>> {
         in_flight -= 1;
         record_done(i, &mut histograms);
     }
-    Ok(histograms)
+    moved?;
+    Ok((histograms, posted))
 }
 
 /// Jiffies of one CPU from `/proc/stat`.
@@ -603,7 +679,8 @@ mod tests {
         );
         assert_eq!(place_producers(&map, "split", 4).unwrap(), vec![0, 2, 1, 3]);
         assert_eq!(place_producers(&map, "1,3", 3).unwrap(), vec![1, 3, 1]);
-        for bad in ["7", "x", ""] {
+        assert_eq!(place_producers(&map, "node1", 3).unwrap(), vec![2, 3, 2]);
+        for bad in ["7", "x", "", "node2"] {
             assert!(place_producers(&map, bad, 2).is_err(), "{bad}");
         }
         assert!(place_producers(&map, "node0", 0).is_err());

@@ -1,0 +1,179 @@
+//! The `auto` scope on the virtual clock: every window, the queue under test's pools
+//! are measured as the runtime measures them (`podq::auto`), the same controller
+//! decides ([`podq_policy::auto::decide`]) and a switch goes through the simulator's
+//! live attribute change ([`Sim::apply_attrs`]).
+//!
+//! As in the runtime, a pod's busy time is its pool's workers' time in items, and its
+//! capacity its CPUs (the most workers the pool runs at once): a pool is saturated when
+//! its workers are, whatever else its CPUs run.
+
+use podq_policy::auto::{
+    decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, Switch, Window,
+};
+use podq_topology::{Scope, Topology};
+
+use crate::engine::Sim;
+use crate::events::Ns;
+
+/// How the simulated `auto` controller runs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoSpec {
+    /// Window of virtual time, ns.
+    pub window_ns: Ns,
+    /// Thresholds and limits.
+    pub config: AutoConfig,
+}
+
+impl Default for AutoSpec {
+    /// 10 ms windows: virtual runs last a second or two, and the simulator's counters
+    /// have no sampling noise to smooth.
+    fn default() -> Self {
+        AutoSpec {
+            window_ns: 10_000_000,
+            config: AutoConfig::default(),
+        }
+    }
+}
+
+/// Cumulative counts of one pool at the last sample.
+#[derive(Clone, Copy, Debug, Default)]
+struct Tally {
+    pushed: u64,
+    taken: u64,
+    acquisitions: u64,
+    contended: u64,
+    wait_ns: u64,
+    busy_ns: u64,
+}
+
+/// A switch, with the virtual time it was made at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TimedSwitch {
+    /// Virtual time, ns.
+    pub at: Ns,
+    /// The switch.
+    pub switch: Switch,
+}
+
+/// The controller of the queue under test.
+pub struct SimAuto {
+    ladder: Ladder,
+    spec: AutoSpec,
+    state: AutoState,
+    last_at: Ns,
+    /// Per pool index, its counts at the last sample (`None`: not seen yet).
+    seen: Vec<Option<Tally>>,
+    items: u64,
+    locality: [u64; 5],
+    /// Every switch made.
+    pub switches: Vec<TimedSwitch>,
+}
+
+impl SimAuto {
+    /// A controller over `topology`'s usable CPUs, starting at the built-in default.
+    pub fn new(
+        topology: &Topology,
+        strict: bool,
+        spec: AutoSpec,
+    ) -> Result<SimAuto, podq_topology::Error> {
+        let ladder = Ladder::new(topology, topology.usable())?;
+        let state = ladder.start(Scope::BUILTIN_DEFAULT, strict);
+        Ok(SimAuto {
+            ladder,
+            spec,
+            state,
+            last_at: 0,
+            seen: Vec::new(),
+            items: 0,
+            locality: [0; 5],
+            switches: Vec::new(),
+        })
+    }
+
+    /// The concrete scope in force.
+    pub fn scope(&self) -> Scope {
+        self.ladder.rungs()[self.state.rung()].scope
+    }
+
+    /// Whether its pools are strict.
+    pub fn strict(&self) -> bool {
+        self.state.strict()
+    }
+
+    /// The window, ns.
+    pub fn window_ns(&self) -> Ns {
+        self.spec.window_ns
+    }
+
+    /// Measures workqueue `wq` over the window ending now and decides; `Some` with the
+    /// scope and strictness to apply when the controller switched.
+    pub fn sample(&mut self, sim: &Sim<'_>, wq: usize) -> Option<(Scope, bool)> {
+        let now = sim.now;
+        let counters = &sim.counters;
+        let off = counters.locality[3] + counters.locality[4] - self.locality[3] - self.locality[4];
+        let all: u64 = counters.locality.iter().sum::<u64>() - self.locality.iter().sum::<u64>();
+        let mut window = Window {
+            duration_ns: now - self.last_at,
+            completed: counters.items - self.items,
+            pods: Vec::new(),
+            places: PlaceCounts {
+                same_llc: all - off,
+                off_llc: off,
+            },
+        };
+        let w = &sim.world.wqs[wq];
+        for &p in &w.pools {
+            let pool = &sim.world.pools[p];
+            let lock = &sim.locks[pool.lock].counts;
+            let now_tally = Tally {
+                pushed: pool.pushed,
+                taken: pool.taken,
+                acquisitions: lock[0].acquisitions + lock[1].acquisitions,
+                contended: lock[0].contended + lock[1].contended,
+                wait_ns: lock[0].wait_ns + lock[1].wait_ns,
+                busy_ns: pool.busy_ns,
+            };
+            if self.seen.len() <= p {
+                self.seen.resize(p + 1, None);
+            }
+            let before = self.seen[p].replace(now_tally);
+            let Some(before) = before else {
+                continue;
+            };
+            let inactive: usize = sim
+                .world
+                .pwqs
+                .iter()
+                .filter(|q| q.wq == wq && q.pool == p)
+                .map(|q| q.inactive.len())
+                .sum();
+            window.pods.push(PodWindow {
+                cpus: pool.pod.clone(),
+                capacity: pool.pod.len(),
+                queued: now_tally.pushed - before.pushed,
+                started: now_tally.taken - before.taken,
+                backlog: (pool.worklist.len() + inactive) as u64,
+                busy_ns: now_tally.busy_ns - before.busy_ns,
+                lock_acquisitions: now_tally.acquisitions - before.acquisitions,
+                lock_contended: now_tally.contended - before.contended,
+                lock_wait_ns: now_tally.wait_ns - before.wait_ns,
+            });
+        }
+        self.last_at = now;
+        self.items = counters.items;
+        self.locality = counters.locality;
+        let state = self.state.clone();
+        let (state, decision) = decide(&self.ladder, &self.spec.config, state, &window);
+        self.state = state;
+        if !decision.switched {
+            return None;
+        }
+        if let Some(switch) = self.state.last_switch() {
+            self.switches.push(TimedSwitch {
+                at: now,
+                switch: switch.clone(),
+            });
+        }
+        Some((decision.scope, decision.strict))
+    }
+}

@@ -1,0 +1,335 @@
+//! The `auto` scope at run time: every window, one process-wide sampler thread
+//! (`podq/auto`) turns each auto workqueue's statistics into a [`Window`], asks the
+//! controller ([`crate::policy::auto::decide`]) and applies a switch through the live
+//! attribute change, the path of [`crate::Workqueue::set_scope`]: new items go to the
+//! new pools at once, queued and running ones finish on the old pools, flush covers
+//! both, so nothing is lost or run twice.
+//!
+//! A workqueue is on `auto` when its scope is [`Scope::Auto`], or [`Scope::Default`]
+//! while the process default is `auto`. It starts at the scope in force (the built-in
+//! default, `cache_shard`, when built on `auto`) and keeps its own controller state;
+//! setting strictness or the cpumask restarts the controller from the scope in force.
+//!
+//! What a window holds, from the statistics (so `auto` needs the `stats` feature;
+//! without it every window is quiet and the scope stays where it started): per pool of
+//! the scope in force, items queued and started, backlog (queued minus started),
+//! busy time (the run time of finished items), and pool-lock acquisitions, contended
+//! acquisitions and wait, enqueue and dequeue together; per workqueue, items finished
+//! and where items ran. Pools are shared by workqueues with equal pool attributes, so
+//! a pool's numbers include other workqueues' items. A pool first seen in a window (a
+//! switch just made it) only sets its baseline.
+//!
+//! Legend (the crate's letters): I set at init; M guarded by the workqueue's `config`
+//! lock (as everything in its `Config`); Y guarded by `SAMPLER.state`.
+//!
+//! Lock order: Y is a leaf, never held while a workqueue's lock is taken; the sampler
+//! takes a workqueue's `config`, then what an attribute change takes.
+
+use std::collections::HashMap;
+use std::sync::{Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use podq_topology::{CpuSet, Scope, Topology};
+use serde::{Deserialize, Serialize};
+
+use crate::policy::auto::{
+    decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, Reason, Switch, Window,
+};
+use crate::stats::PoolStats;
+use crate::sync::{lock_std as lock, wait_std};
+use crate::Error;
+
+/// Switches kept in [`AutoStats::history`].
+pub const HISTORY: usize = 64;
+
+/// The window of a workqueue on `auto` unless its builder names one.
+pub const DEFAULT_WINDOW: Duration = Duration::from_millis(100);
+
+/// How a workqueue's `auto` controller runs (I: fixed at build time).
+#[derive(Clone, Debug)]
+pub(crate) struct Settings {
+    pub(crate) window: Duration,
+    pub(crate) config: AutoConfig,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Settings {
+            window: DEFAULT_WINDOW,
+            config: AutoConfig::default(),
+        }
+    }
+}
+
+/// What `auto` reports in a workqueue's statistics.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct AutoStats {
+    /// The concrete scope in force.
+    pub scope: Scope,
+    /// Whether its pools are strict.
+    pub strict: bool,
+    /// Windows judged so far.
+    pub windows: u64,
+    /// Switches made.
+    pub switches: u64,
+    /// Switches the attribute change refused (the scope stayed).
+    pub switch_failures: u64,
+    /// The last switch, with its reason.
+    pub last_switch: Option<Switch>,
+    /// The last [`HISTORY`] switches, oldest first.
+    pub history: Vec<Switch>,
+    /// The reason of the last window's decision.
+    pub last_reason: Reason,
+    /// Window length in nanoseconds.
+    pub window_ns: u64,
+}
+
+/// Cumulative counts of one pool at the last sample.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct Tally {
+    queued: u64,
+    started: u64,
+    acquisitions: u64,
+    contended: u64,
+    wait_ns: u64,
+    busy_ns: u64,
+    same_llc: u64,
+    off_llc: u64,
+}
+
+impl Tally {
+    fn of(p: &PoolStats) -> Tally {
+        let run = &p.run_time_ns;
+        Tally {
+            queued: p.queued,
+            started: p.started,
+            acquisitions: p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions,
+            contended: p.enqueue_lock.contended + p.dequeue_lock.contended,
+            wait_ns: p.enqueue_lock.wait_ns + p.dequeue_lock.wait_ns,
+            busy_ns: (run.mean * run.count as f64) as u64,
+            same_llc: p.locality.same_cpu + p.locality.same_smt + p.locality.same_llc,
+            off_llc: p.locality.same_node + p.locality.remote,
+        }
+    }
+}
+
+/// One pool's statistics as the sampler read them.
+pub(crate) struct PoolSample {
+    pub(crate) id: u64,
+    /// Its pod mask.
+    pub(crate) pod: CpuSet,
+    /// The real CPUs the pod's CPUs run on.
+    pub(crate) capacity: usize,
+    pub(crate) stats: PoolStats,
+}
+
+/// A workqueue's `auto` controller and its sampling (all M).
+#[derive(Clone, Debug)]
+pub(crate) struct AutoRun {
+    ladder: Ladder,
+    /// The effective cpumask the ladder covers.
+    mask: CpuSet,
+    /// The requested strictness it started from.
+    requested_strict: bool,
+    settings: Settings,
+    state: AutoState,
+    last_reason: Reason,
+    switch_failures: u64,
+    /// The last switches, oldest first (at most [`HISTORY`]).
+    history: Vec<Switch>,
+    /// When the last sample was taken, and the next is due.
+    last_at: Instant,
+    next_at: Instant,
+    /// Per pool id, its counts at the last sample.
+    seen: HashMap<u64, Tally>,
+    /// The workqueue's finished items at the last sample.
+    completed: u64,
+}
+
+impl AutoRun {
+    /// The controller for the next attribute change: `previous` carried over when it
+    /// still covers `mask` with the same requested strictness, otherwise a new one
+    /// starting at `in_force` (or the built-in default when that is not concrete).
+    pub(crate) fn plan(
+        previous: Option<&AutoRun>,
+        settings: &Settings,
+        in_force: Scope,
+        strict: bool,
+        topology: &Topology,
+        mask: &CpuSet,
+    ) -> Result<AutoRun, Error> {
+        if let Some(run) = previous.filter(|r| &r.mask == mask && r.requested_strict == strict) {
+            return Ok(run.clone());
+        }
+        let ladder = Ladder::new(topology, mask)?;
+        let start = previous.map_or(in_force, AutoRun::scope);
+        let now = Instant::now();
+        Ok(AutoRun {
+            state: ladder.start(start, strict),
+            ladder,
+            mask: mask.clone(),
+            requested_strict: strict,
+            settings: settings.clone(),
+            last_reason: Reason::Start,
+            switch_failures: 0,
+            history: Vec::new(),
+            last_at: now,
+            next_at: now + settings.window,
+            seen: HashMap::new(),
+            completed: 0,
+        })
+    }
+
+    /// The concrete scope in force.
+    pub(crate) fn scope(&self) -> Scope {
+        self.ladder.rungs()[self.state.rung()].scope
+    }
+
+    /// Whether its pools are strict.
+    pub(crate) fn strict(&self) -> bool {
+        self.state.strict()
+    }
+
+    /// When the next sample is due.
+    pub(crate) fn next_at(&self) -> Instant {
+        self.next_at
+    }
+
+    /// Takes the sample due at `now`: `completed` is the workqueue's finished items,
+    /// `pools` every pool its pwqs use, with its pod mask and the number of real CPUs
+    /// the pod runs on. Returns whether the controller switched.
+    pub(crate) fn sample(&mut self, now: Instant, completed: u64, pools: &[PoolSample]) -> bool {
+        let mut window = Window {
+            duration_ns: u64::try_from((now - self.last_at).as_nanos()).unwrap_or(u64::MAX),
+            completed: completed.saturating_sub(self.completed),
+            pods: Vec::new(),
+            places: PlaceCounts::default(),
+        };
+        let mut seen = HashMap::with_capacity(pools.len());
+        for PoolSample {
+            id,
+            pod,
+            capacity,
+            stats,
+        } in pools
+        {
+            let now_tally = Tally::of(stats);
+            seen.insert(*id, now_tally);
+            let Some(before) = self.seen.get(id) else {
+                continue;
+            };
+            let d = |f: fn(&Tally) -> u64| f(&now_tally).saturating_sub(f(before));
+            window.places.same_llc += d(|t| t.same_llc);
+            window.places.off_llc += d(|t| t.off_llc);
+            window.pods.push(PodWindow {
+                cpus: pod.clone(),
+                capacity: *capacity,
+                queued: d(|t| t.queued),
+                started: d(|t| t.started),
+                backlog: now_tally.queued.saturating_sub(now_tally.started),
+                busy_ns: d(|t| t.busy_ns),
+                lock_acquisitions: d(|t| t.acquisitions),
+                lock_contended: d(|t| t.contended),
+                lock_wait_ns: d(|t| t.wait_ns),
+            });
+        }
+        self.seen = seen;
+        self.completed = completed;
+        self.last_at = now;
+        self.next_at = now + self.settings.window;
+        let state = self.state.clone();
+        let (state, decision) = decide(&self.ladder, &self.settings.config, state, &window);
+        self.state = state;
+        self.last_reason = decision.reason;
+        if let (true, Some(switch)) = (decision.switched, self.state.last_switch()) {
+            if self.history.len() == HISTORY {
+                self.history.remove(0);
+            }
+            self.history.push(switch.clone());
+        }
+        decision.switched
+    }
+
+    /// Counts a switch the attribute change refused, restoring `before`'s controller
+    /// state (the scope in force did not change) but keeping the new baseline.
+    pub(crate) fn refused(&mut self, before: AutoRun) {
+        self.state = before.state;
+        self.history = before.history;
+        self.switch_failures += 1;
+    }
+
+    pub(crate) fn stats(&self) -> AutoStats {
+        AutoStats {
+            scope: self.scope(),
+            strict: self.strict(),
+            windows: self.state.windows(),
+            switches: self.state.switches(),
+            switch_failures: self.switch_failures,
+            last_switch: self.state.last_switch().cloned(),
+            history: self.history.clone(),
+            last_reason: self.last_reason.clone(),
+            window_ns: u64::try_from(self.settings.window.as_nanos()).unwrap_or(u64::MAX),
+        }
+    }
+}
+
+/// The sampler thread's state.
+struct Sampler {
+    /// Y: whether the thread runs, and how many times it was woken (so that a wake-up
+    /// between its scan and its wait is not lost).
+    state: Mutex<(bool, u64)>,
+    /// Y: signalled when a workqueue goes on `auto`.
+    wake: Condvar,
+}
+
+static SAMPLER: Sampler = Sampler {
+    state: Mutex::new((false, 0)),
+    wake: Condvar::new(),
+};
+
+/// Starts the sampler if it does not run, and makes it look at the workqueues again
+/// (one just went on `auto`).
+pub(crate) fn wake_sampler() -> Result<(), Error> {
+    let mut state = lock(&SAMPLER.state);
+    if !state.0 {
+        std::thread::Builder::new()
+            .name("podq/auto".to_owned())
+            .spawn(sample_forever)
+            .map_err(|source| Error::Os {
+                call: "spawn the podq/auto thread",
+                source,
+            })?;
+        state.0 = true;
+    }
+    state.1 += 1;
+    SAMPLER.wake.notify_all();
+    Ok(())
+}
+
+fn sample_forever() {
+    loop {
+        let woken = lock(&SAMPLER.state).1;
+        let next = crate::workqueue::live_workqueues()
+            .iter()
+            .filter_map(|wq| wq.auto_sample(Instant::now()))
+            .min();
+        let state = lock(&SAMPLER.state);
+        if state.1 != woken {
+            continue;
+        }
+        match next {
+            // No workqueue on `auto`: sleep until one appears.
+            None => drop(wait_std(&SAMPLER.wake, state)),
+            Some(at) => {
+                let wait = at.saturating_duration_since(Instant::now());
+                drop(
+                    SAMPLER
+                        .wake
+                        .wait_timeout(state, wait)
+                        .unwrap_or_else(std::sync::PoisonError::into_inner),
+                );
+            }
+        }
+    }
+}
