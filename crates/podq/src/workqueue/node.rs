@@ -44,7 +44,7 @@ impl<P> NodeActive<P> {
         self.max.store(max, SeqCst);
     }
 
-    /// The node's share of `max_active` now (for checks and reports).
+    /// The node's share of `max_active` (for tests of the limits).
     #[cfg(test)]
     pub(crate) fn max(&self) -> usize {
         self.max.load(SeqCst)
