@@ -484,10 +484,12 @@ fn cancelled_handed_off_instance_does_not_lose_the_next_one() {
         .recv_timeout(Duration::from_secs(60))
         .expect("flush hung: an instance was lost in the handoff");
     assert_eq!(runs.load(SeqCst), 2, "the first and the third instance ran");
-    let totals = wq.stats().totals;
-    assert_eq!(totals.queued, 3);
-    assert_eq!(totals.started, 2);
-    assert_eq!(totals.cancelled, 1);
+    if cfg!(feature = "stats") {
+        let totals = wq.stats().totals;
+        assert_eq!(totals.queued, 3);
+        assert_eq!(totals.started, 2);
+        assert_eq!(totals.cancelled, 1);
+    }
 }
 
 #[test]

@@ -265,7 +265,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
         (None, None) => RunLength::Duration(Duration::from_secs(1)),
     };
     let cases = cases_for(args, &map, &systems)?;
-    let progress = progress_bar(args, (cases.len() * args.rounds) as u64);
+    let progress = progress_bar(args.quiet, (cases.len() * args.rounds) as u64);
     let results = workloads::run_cases(&cases, &map, length, args.rounds, &progress)?;
     progress.finish_and_clear();
     if let Some(w) = overshoot_warning(&results, length) {
@@ -548,8 +548,10 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
     Ok(cases)
 }
 
-fn progress_bar(args: &BenchArgs, total: u64) -> ProgressBar {
-    if args.quiet || !std::io::stderr().is_terminal() {
+/// The progress bar of a run of `total` configurations: on stderr when it is a
+/// terminal and not `--quiet`, hidden otherwise (also `podq sim`'s).
+pub(crate) fn progress_bar(quiet: bool, total: u64) -> ProgressBar {
+    if quiet || !std::io::stderr().is_terminal() {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());

@@ -5,13 +5,12 @@ pub mod compare;
 mod output;
 mod sweep;
 
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::ProgressBar;
 use podq_sim::{
     cost, simulate, CompletionSpec, CostParams, QueueSpec, RemoteFree, RunLength, RunSpec,
     SimOutput, Workload,
@@ -19,7 +18,7 @@ use podq_sim::{
 use podq_topology::{CpuSet, Scope, Topology};
 
 use crate::bench::output::Outputs;
-use crate::bench::{topo, usage, StrictArg};
+use crate::bench::{progress_bar, topo, usage, StrictArg};
 
 /// What to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -543,19 +542,6 @@ pub fn run_cases(
     Ok(done)
 }
 
-fn progress_bar(args: &SimArgs, total: u64) -> ProgressBar {
-    if args.quiet || !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
-    if let Ok(style) = ProgressStyle::with_template(
-        "{bar:30.cyan/blue} {pos}/{len} runs  {msg}  [{elapsed} < {eta}]",
-    ) {
-        bar.set_style(style);
-    }
-    bar
-}
-
 /// Runs `podq sim`.
 pub fn run(args: &SimArgs) -> Result<()> {
     validate(args)?;
@@ -571,7 +557,10 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     let cases = cases(args, &setup.topology)?;
     if args.sensitivity {
-        let progress = progress_bar(args, (cases.len() * (3 + 2 * cost::PARAMS.len())) as u64);
+        let progress = progress_bar(
+            args.quiet,
+            (cases.len() * (3 + 2 * cost::PARAMS.len())) as u64,
+        );
         let text = sweep::run(&cases, &setup, &progress)?;
         progress.finish_and_clear();
         print!("{text}");
@@ -579,7 +568,7 @@ pub fn run(args: &SimArgs) -> Result<()> {
     }
     // Checked and created before the simulation, as bench does.
     let mut outputs = Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
-    let progress = progress_bar(args, cases.len() as u64);
+    let progress = progress_bar(args.quiet, cases.len() as u64);
     let done = run_cases(&cases, &setup.topology, &setup.params, &progress)?;
     progress.finish_and_clear();
     let report = output::report(args, &setup, &done);
