@@ -64,6 +64,26 @@ pub enum StrictArg {
     Both,
 }
 
+impl StrictArg {
+    /// The strictness values to run, non-strict first.
+    pub(crate) fn values(self) -> Vec<bool> {
+        match self {
+            StrictArg::On => vec![true],
+            StrictArg::Off => vec![false],
+            StrictArg::Both => vec![false, true],
+        }
+    }
+}
+
+/// The `--scopes` list, or every concrete scope when none was given (bench and sim).
+pub(crate) fn scopes_or_all(scopes: &[Scope]) -> Vec<Scope> {
+    if scopes.is_empty() {
+        Scope::CONCRETE.to_vec()
+    } else {
+        scopes.to_vec()
+    }
+}
+
 /// Options of `podq bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
@@ -433,16 +453,8 @@ fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
 }
 
 fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Result<Vec<Case>> {
-    let scopes = if args.scopes.is_empty() {
-        Scope::CONCRETE.to_vec()
-    } else {
-        args.scopes.clone()
-    };
-    let strict = match args.strict {
-        StrictArg::On => vec![true],
-        StrictArg::Off => vec![false],
-        StrictArg::Both => vec![false, true],
-    };
+    let scopes = scopes_or_all(&args.scopes);
+    let strict = args.strict.values();
     if let Some(cpu) = args.cpu {
         if !map.topology().usable().contains(cpu) {
             return Err(usage(format!(

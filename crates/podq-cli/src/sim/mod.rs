@@ -18,7 +18,7 @@ use podq_sim::{
 use podq_topology::{CpuSet, Scope, Topology};
 
 use crate::bench::output::Outputs;
-use crate::bench::{progress_bar, topo, usage, StrictArg};
+use crate::bench::{progress_bar, scopes_or_all, topo, usage, StrictArg};
 
 /// What to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -468,16 +468,8 @@ pub fn place_producers(topology: &Topology, spec: &str, count: usize) -> Result<
 }
 
 pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
-    let scopes = if args.scopes.is_empty() {
-        Scope::CONCRETE.to_vec()
-    } else {
-        args.scopes.clone()
-    };
-    let strict = match args.strict {
-        StrictArg::On => vec![true],
-        StrictArg::Off => vec![false],
-        StrictArg::Both => vec![false, true],
-    };
+    let scopes = scopes_or_all(&args.scopes);
+    let strict = args.strict.values();
     let length = match (args.items, args.duration) {
         (Some(n), _) => RunLength::Items(n),
         (None, Some(d)) => RunLength::Duration(ns(d)),
