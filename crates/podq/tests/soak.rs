@@ -595,13 +595,16 @@ fn soak_mixed_traffic_counts_every_item() {
         get(&t.panics_injected),
         "panics reported"
     );
-    for stats in [wq.stats(), ordered.stats()] {
-        let s = &stats.totals;
-        assert_eq!(s.queued, s.started + s.cancelled, "{}: {s:?}", stats.name);
-        assert_eq!(s.started, s.completed, "{}: {s:?}", stats.name);
+    // The runtime's own counts agree, where it keeps them.
+    if cfg!(feature = "stats") {
+        for stats in [wq.stats(), ordered.stats()] {
+            let s = &stats.totals;
+            assert_eq!(s.queued, s.started + s.cancelled, "{}: {s:?}", stats.name);
+            assert_eq!(s.started, s.completed, "{}: {s:?}", stats.name);
+        }
+        let totals = wq.stats().totals;
+        assert_eq!(totals.panicked, get(&t.panics_injected), "panics counted");
     }
-    let totals = wq.stats().totals;
-    assert_eq!(totals.panicked, get(&t.panics_injected), "panics counted");
 
     // Memory.
     let growth = rss_end.saturating_sub(rss_warm);
