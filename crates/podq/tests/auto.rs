@@ -1,6 +1,7 @@
 //! The `auto` scope on real workqueues: where it starts, what the stats and the control
 //! plane say, and every item run exactly once while the sampler switches scopes under
-//! a load that moves between the nodes of a fake topology.
+//! a load that moves between the nodes of a fake topology. Needs the `stats` feature
+//! (a build without it refuses `auto`: `auto_without_stats.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -88,10 +89,6 @@ fn control_plane_sets_and_shows_auto() {
 /// enough that the sampler switches on what it measures here: every item runs exactly
 /// once, whatever the switches.
 #[test]
-#[cfg_attr(
-    not(feature = "stats"),
-    ignore = "auto decides from the statistics, which this build compiles out"
-)]
 fn items_run_exactly_once_across_auto_switches() {
     let topology = fake_topology(2, 2, 2, 2);
     let node_cpus = [topology.node_cpus(0), topology.node_cpus(1)];
