@@ -12,11 +12,10 @@
 //!
 //! What a window holds, from the statistics (so `auto` needs the `stats` feature: a
 //! build without it refuses `auto` with [`Error::AutoNeedsStats`] wherever a scope is
-//! set): per pool of
-//! the scope in force, items queued and started, backlog (queued minus started),
-//! busy time (the run time of finished items), and pool-lock acquisitions, contended
-//! acquisitions and wait, enqueue and dequeue together; per workqueue, items finished
-//! and where items ran. Pools are shared by workqueues with equal pool attributes, so
+//! set): per pool of the scope in force, items queued and started, backlog (queued
+//! minus started), busy time (the run time of finished items), and pool-lock
+//! acquisitions, contended acquisitions and wait, enqueue and dequeue together; per
+//! workqueue, items finished and where items ran. Pools are shared by workqueues with equal pool attributes, so
 //! a pool's numbers include other workqueues' items. A pool first seen in a window (a
 //! switch just made it) only sets its baseline.
 //!

@@ -11,6 +11,8 @@ use podq::policy::auto::{AutoConfig, Reason};
 use podq::testing::fake_topology;
 use podq::{Scope, Workqueue};
 
+mod common;
+
 #[test]
 fn auto_starts_at_the_builtin_default_and_reports_itself() {
     // 2 nodes × 2 LLCs × 2 cores × SMT2: cache_shard is the per-LLC layout.
@@ -55,32 +57,24 @@ fn auto_starts_at_the_builtin_default_and_reports_itself() {
 #[cfg(feature = "control")]
 #[test]
 fn control_plane_sets_and_shows_auto() {
-    use podq::control::{Client, ControlServer};
+    use common::{control, get_attr, set_attr};
 
-    let dir = tempfile::tempdir().unwrap();
-    let server = ControlServer::builder()
-        .path(dir.path().join("ctl.sock"))
-        .build()
-        .unwrap();
-    let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
+    let mut ctl = control();
     let wq = Workqueue::builder("auto_ctl")
         .topology(fake_topology(1, 1, 4, 2))
         .scope(Scope::Smt)
         .build()
         .unwrap();
     wq.expose().unwrap();
-    let request = |line: &str| podq::control::parse_request(line.as_bytes()).unwrap();
-    let set = client
-        .call(&request(
-            r#"{"cmd":"set","queue":"auto_ctl","attr":"affinity_scope","value":"auto"}"#,
-        ))
+    let set = ctl
+        .client
+        .call(&set_attr("auto_ctl", "affinity_scope", "auto"))
         .unwrap();
     assert!(set.ok, "{set:?}");
     assert_eq!(wq.attrs().scope, Scope::Auto);
-    let got = client
-        .call(&request(
-            r#"{"cmd":"get","queue":"auto_ctl","attr":"affinity_scope"}"#,
-        ))
+    let got = ctl
+        .client
+        .call(&get_attr("auto_ctl", "affinity_scope"))
         .unwrap();
     assert_eq!(got.value.as_deref(), Some("auto (smt)"));
 }

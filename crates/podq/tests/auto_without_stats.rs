@@ -7,6 +7,8 @@
 use podq::testing::fake_topology;
 use podq::{Error, Scope, Workqueue};
 
+mod common;
+
 #[test]
 fn builder_and_live_changes_refuse_auto() {
     let refused = Workqueue::builder("nostats-auto")
@@ -93,15 +95,9 @@ fn auto_from_the_environment_is_refused() {
 #[cfg(feature = "control")]
 #[test]
 fn the_control_plane_refuses_auto() {
-    use podq::control::{parse_request, Client, ControlServer};
-    use std::time::Duration;
+    use common::{control, request};
 
-    let dir = tempfile::tempdir().unwrap();
-    let server = ControlServer::builder()
-        .path(dir.path().join("ctl.sock"))
-        .build()
-        .unwrap();
-    let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
+    let mut ctl = control();
     let wq = Workqueue::builder("nostats_ctl")
         .topology(fake_topology(1, 1, 4, 2))
         .scope(Scope::Smt)
@@ -112,7 +108,7 @@ fn the_control_plane_refuses_auto() {
         r#"{"cmd":"set","queue":"nostats_ctl","attr":"affinity_scope","value":"auto"}"#,
         r#"{"cmd":"set_default_scope","value":"auto"}"#,
     ] {
-        let refused = client.call(&parse_request(line.as_bytes()).unwrap());
+        let refused = ctl.client.call(&request(line));
         let error = refused.expect_err(line).to_string();
         assert!(error.contains("`stats` feature"), "{line}: {error}");
     }

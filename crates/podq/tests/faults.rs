@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use podq::fault::{fail_worker_spawns, set_create_cooldown, CREATE_COOLDOWN};
 use podq::testing::fake_topology;
-use podq::{DelayedWork, Error, Scope, Work, Workqueue};
+use podq::{Error, Scope, Workqueue};
 
 mod common;
-use common::{counter, flush_within, pool_threads};
+use common::{
+    counter, counting_delayed, counting_work, flush_within, pool_threads, spawn_counting,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -98,27 +100,14 @@ fn rescuer_runs_the_items_while_no_worker_can_start() {
     let _injected = inject(u64::MAX);
     let runs = counter();
     for i in 0..200 {
-        let r = runs.clone();
         podq::set_thread_cpu(Some(i % 4));
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     podq::set_thread_cpu(None);
     let work_runs = counter();
-    let work = {
-        let r = work_runs.clone();
-        Work::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let work = counting_work(&work_runs);
     assert!(wq.queue(&work));
-    let delayed = {
-        let r = work_runs.clone();
-        DelayedWork::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let delayed = counting_delayed(&work_runs);
     assert!(wq.queue_delayed(&delayed, Duration::from_millis(5)));
     let joined = wq.spawn(|| 42);
     assert_eq!(joined.join().unwrap(), 42, "a joined item completes");
@@ -163,10 +152,7 @@ fn without_a_rescuer_items_wait_and_run_once_creation_recovers() {
     let injected = inject(u64::MAX);
     let runs = counter();
     for _ in 0..100 {
-        let r = runs.clone();
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     // Nothing can run; the pool retries every cooldown and reports each failure.
     let start = Instant::now();
@@ -215,11 +201,8 @@ fn a_few_failures_are_absorbed_by_the_retry() {
     let _injected = inject(3);
     let runs = counter();
     for i in 0..400 {
-        let r = runs.clone();
         podq::set_thread_cpu(Some(i % 4));
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     podq::set_thread_cpu(None);
     assert!(flush_within(&wq, Duration::from_secs(20)));
@@ -245,10 +228,7 @@ fn a_workqueue_error_hook_replaces_the_process_wide_one() {
         .unwrap();
     let _injected = inject(1);
     let runs = counter();
-    let r = runs.clone();
-    wq.spawn(move || {
-        r.fetch_add(1, SeqCst);
-    });
+    spawn_counting(&wq, &runs);
     assert!(
         flush_within(&wq, Duration::from_secs(20)),
         "the retry ran it"
