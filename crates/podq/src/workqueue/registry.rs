@@ -3,7 +3,7 @@
 //! the process default scope.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use podq_topology::{Scope, Topology};
@@ -107,6 +107,12 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
     *lock(default_cell()) = scope;
     for wq in live_workqueues() {
         let mut cfg = lock(&wq.config);
+        // One being torn down gets no new pools: `WqHandle::drop` sets `destroyed` (the
+        // SeqCst store this load pairs with) and then passes through `config`, so under
+        // it the flag is final; a change made before it is retired by the teardown.
+        if wq.destroyed.load(SeqCst) {
+            continue;
+        }
         if cfg.attrs.scope == Scope::Default {
             let attrs = cfg.attrs.clone();
             let released = wq.apply(&mut cfg, attrs)?;
