@@ -10,7 +10,7 @@ use std::time::Duration;
 use anyhow::Result;
 use indicatif::ProgressBar;
 
-use super::{cases, run_cases, setup, RemoteFreeArg, SimArgs, SimWorkload};
+use super::{cases, run_cases, setup, CqPriority, RemoteFreeArg, SimArgs, SimWorkload};
 use crate::bench::alloc_model::RemoteRule;
 use crate::bench::report::{self, human_ns, human_rate, Report};
 use crate::bench::{usage, BenchArgs, Workload};
@@ -66,6 +66,8 @@ fn sim_args(bench: &BenchArgs, machine: &str, topology: &str) -> Result<SimArgs>
             RemoteRule::Cpu => RemoteFreeArg::Cpu,
             RemoteRule::Node => RemoteFreeArg::Node,
         },
+        // bench's producers are ordinary threads.
+        cq_priority: CqPriority::Normal,
         item_work: Duration::from_nanos(100),
         cq_work: Duration::from_micros(2),
         rpciod_work: Duration::from_micros(16),

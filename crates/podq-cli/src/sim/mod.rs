@@ -35,6 +35,15 @@ pub enum SimWorkload {
     Throughput,
 }
 
+/// `--cq-priority`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CqPriority {
+    /// Preempt the workers on their CPUs (the kernel's completion handlers).
+    High,
+    /// Ordinary threads.
+    Normal,
+}
+
 /// `--remote-free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RemoteFreeArg {
@@ -131,6 +140,11 @@ pub struct SimArgs {
     /// CPU time of an item of `queue`, `latency` and `throughput`.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "100ns")]
     pub item_work: Duration,
+    /// `completion`: the CQ producers' priority: `high` preempts the workers on their
+    /// CPUs, as the kernel's CQ handlers on `ib-comp-wq` (WQ_HIGHPRI, nice -20) do;
+    /// `normal` as `podq bench`'s producer threads.
+    #[arg(long, value_enum, default_value = "high")]
+    pub cq_priority: CqPriority,
     /// `completion`: CPU time of a CQ producer per I/O.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2us")]
     pub cq_work: Duration,
@@ -360,6 +374,7 @@ fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
                     RemoteFreeArg::Node => RemoteFree::Node,
                 },
                 producer_ns: ns(args.cq_work),
+                high_priority: args.cq_priority == CqPriority::High,
                 rpciod_ns: ns(args.rpciod_work),
                 nfsiod_ns: ns(args.nfsiod_work),
                 toggle: args.toggle.clone(),
