@@ -173,7 +173,7 @@ fn input_the_simulator_refuses_is_named() {
         ),
         (
             &["sim", "latency", "--cpu", "500"][..],
-            "--cpu 500 is not a CPU",
+            "--cpu 500 is not a usable CPU",
         ),
         (
             &["sim", "completion", "--cq-placement", "0-3,999"][..],

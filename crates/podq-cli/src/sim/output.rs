@@ -149,7 +149,7 @@ fn test_name(w: &Workload) -> &'static str {
     }
 }
 
-fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
+pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
     let w = &done.spec.workload;
     let segmented = done.output.segments.len() > 1;
     let main: &Histogram<u64> = match w {

@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use hdrhistogram::Histogram;
-use podq_topology::{CpuSet, Scope};
+use podq_topology::Scope;
 
 use super::{empty_sample, RunLength, Sample};
 use crate::bench::alloc_model::{AllocConfig, AllocCounts, AllocModel, Object};
@@ -45,54 +45,6 @@ pub struct CompletionParams {
     /// Placements the producers go through in equal segments (name, CPU of each
     /// producer); empty: they stay on `producer_cpus`.
     pub moves: Vec<(String, Vec<usize>)>,
-}
-
-/// Resolves `--cq-placement` for `count` producers: `node0` (every CQ on the first
-/// node; `nodeN` on the N-th), `split` (alternating nodes) or a cpulist of virtual CPUs,
-/// used round-robin.
-pub fn place_producers(map: &CpuMap, spec: &str, count: usize) -> Result<Vec<usize>> {
-    if count == 0 {
-        bail!("--cq must be at least 1");
-    }
-    let topology = map.topology();
-    let nodes: Vec<Vec<usize>> = topology
-        .nodes()
-        .into_iter()
-        .map(|n| topology.node_cpus(n).iter().collect())
-        .collect();
-    let nth_node = spec
-        .strip_prefix("node")
-        .and_then(|n| n.parse::<usize>().ok());
-    if let Some(n) = nth_node {
-        let Some(cpus) = nodes.get(n) else {
-            bail!(
-                "--cq-placement `{spec}`: the topology has {} node(s)",
-                nodes.len()
-            );
-        };
-        return Ok(cpus.iter().copied().cycle().take(count).collect());
-    }
-    Ok(match spec {
-        "split" => (0..count)
-            .map(|i| {
-                let node = &nodes[i % nodes.len()];
-                node[(i / nodes.len()) % node.len()]
-            })
-            .collect(),
-        list => {
-            let cpus = CpuSet::parse_list(list).with_context(|| {
-                format!("--cq-placement `{list}` is neither node0, split nor a cpulist")
-            })?;
-            if cpus.is_empty() {
-                bail!("--cq-placement `{list}` names no CPU");
-            }
-            if let Some(bad) = cpus.iter().find(|&c| !topology.usable().contains(c)) {
-                bail!("--cq-placement: CPU {bad} is not a usable CPU of the topology");
-            }
-            let cpus: Vec<usize> = cpus.iter().collect();
-            cpus.iter().copied().cycle().take(count).collect()
-        }
-    })
 }
 
 /// One I/O slot of a producer.
@@ -669,22 +621,6 @@ fn context_switches() -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placement_modes() {
-        let map = CpuMap::new(podq_topology::Topology::synthetic("2s2c1t").unwrap()).unwrap();
-        assert_eq!(
-            place_producers(&map, "node0", 5).unwrap(),
-            vec![0, 1, 0, 1, 0]
-        );
-        assert_eq!(place_producers(&map, "split", 4).unwrap(), vec![0, 2, 1, 3]);
-        assert_eq!(place_producers(&map, "1,3", 3).unwrap(), vec![1, 3, 1]);
-        assert_eq!(place_producers(&map, "node1", 3).unwrap(), vec![2, 3, 2]);
-        for bad in ["7", "x", "", "node2"] {
-            assert!(place_producers(&map, bad, 2).is_err(), "{bad}");
-        }
-        assert!(place_producers(&map, "node0", 0).is_err());
-    }
 
     #[test]
     fn proc_stat_idle_shares() {
