@@ -5,7 +5,7 @@
 //! simulator (`crate::sim::backend`). Options become definitions here and nowhere else.
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::ProgressBar;
@@ -20,6 +20,32 @@ use super::workloads::queue::QueueParams;
 use super::workloads::throughput::{self, ThroughputParams};
 use super::workloads::{self, Case, RunLength, Test};
 use super::{usage, Workload};
+
+/// CPU time each item spends besides what the workload does for real: on threads a
+/// busy loop ([`spin`]), in the simulator CPU time.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ItemWork {
+    /// An item of `queue`, `latency` and `throughput`'s `work` mode (`spawn` mode's
+    /// one-shot closures are the systems' own and stay tiny).
+    pub item: Duration,
+    /// A `completion` producer per I/O.
+    pub cq: Duration,
+    /// An rpciod item.
+    pub rpciod: Duration,
+    /// An nfsiod item.
+    pub nfsiod: Duration,
+}
+
+/// Spends `d` on this CPU: the work an item stands for. Zero costs nothing.
+pub fn spin(d: Duration) {
+    if d.is_zero() {
+        return;
+    }
+    let start = Instant::now();
+    while start.elapsed() < d {
+        std::hint::spin_loop();
+    }
+}
 
 /// The workload options `podq bench` and `podq sim` share.
 pub struct Options<'a> {
@@ -45,6 +71,8 @@ pub struct Options<'a> {
     pub cq_move: &'a [String],
     /// `completion`: the allocator model.
     pub alloc: AllocConfig,
+    /// What each item costs beyond its real work.
+    pub work: ItemWork,
 }
 
 /// The definitions `workload` stands for on `topology`.
@@ -59,10 +87,12 @@ pub fn tests(workload: Workload, o: &Options, topology: &Topology) -> Result<Vec
     }
     let queue = Test::Queue(QueueParams {
         producers: o.producers,
+        work: o.work.item,
     });
     let latency = Test::Latency(LatencyParams {
         cpu: o.cpu,
         think: o.think,
+        work: o.work.item,
     });
     let throughput = |mode| {
         Test::Throughput(ThroughputParams {
@@ -70,6 +100,7 @@ pub fn tests(workload: Workload, o: &Options, topology: &Topology) -> Result<Vec
             items: o.items.unwrap_or(throughput::DEFAULT_ITEMS),
             mode,
             works: o.works,
+            work: o.work.item,
         })
     };
     Ok(match workload {
@@ -121,6 +152,7 @@ fn completion(o: &Options, topology: &Topology) -> Result<CompletionParams> {
         alloc: o.alloc,
         toggle: o.toggle.to_vec(),
         moves,
+        work: o.work,
     })
 }
 
@@ -224,7 +256,15 @@ mod tests {
                 cache_size: 16,
                 remote: RemoteRule::Cpu,
             },
+            work: ItemWork::default(),
         }
+    }
+
+    #[test]
+    fn spin_spends_at_least_its_time() {
+        let start = Instant::now();
+        spin(Duration::from_millis(2));
+        assert!(start.elapsed() >= Duration::from_millis(2));
     }
 
     #[test]

@@ -175,6 +175,19 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// CPU time (a busy loop) each item of `queue`, `latency` and `throughput`'s `work`
+    /// mode spends, standing for real work.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub item_work: Duration,
+    /// `completion`: CPU time of a CQ producer per I/O besides posting it.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub cq_work: Duration,
+    /// `completion`: CPU time of an rpciod item besides its buffer read and allocator work.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub rpciod_work: Duration,
+    /// `completion`: CPU time of an nfsiod item besides its allocator work.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub nfsiod_work: Duration,
     /// Also simulate the same podq runs on the same topology with this machine
     /// profile's costs (`podq sim --machine`) and print them next to the real ones.
     #[arg(long, value_name = "MACHINE")]
@@ -212,6 +225,13 @@ pub fn parse_run_duration(text: &str) -> Result<Duration, String> {
 
 fn parse_think(text: &str) -> Result<Duration, String> {
     parse_bounded(text, MAX_THINK, true)
+}
+
+/// The longest per-item `--*-work`.
+pub const MAX_WORK: Duration = Duration::from_secs(1);
+
+fn parse_work(text: &str) -> Result<Duration, String> {
+    parse_bounded(text, MAX_WORK, true)
 }
 
 fn parse_scope(text: &str) -> Result<Scope, String> {
@@ -472,6 +492,12 @@ pub(crate) fn options(args: &BenchArgs) -> define::Options<'_> {
             object_size: args.object_size,
             cache_size: args.alloc_cache,
             remote: args.remote_free,
+        },
+        work: define::ItemWork {
+            item: args.item_work,
+            cq: args.cq_work,
+            rpciod: args.rpciod_work,
+            nfsiod: args.nfsiod_work,
         },
     }
 }

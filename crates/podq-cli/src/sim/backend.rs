@@ -1,7 +1,6 @@
 //! The simulator as a backend for the workload definitions (`bench::define`): each
 //! definition becomes a `podq_sim` workload, each podq configuration a simulated
-//! workqueue. What a simulated item costs is given here ([`ItemCosts`]): the threaded
-//! items do their work for real, the simulated ones stand for it with CPU time.
+//! workqueue. The definition's item work is the simulated items' CPU time.
 
 use std::time::{Duration, Instant};
 
@@ -21,49 +20,34 @@ use crate::bench::usage;
 use crate::bench::workloads::throughput::Mode;
 use crate::bench::workloads::{Case, RunLength, Test};
 
-/// The CPU time each simulated item stands for, and the CQs' priority.
-#[derive(Clone, Copy, Debug)]
-pub struct ItemCosts {
-    /// An item of `queue`, `latency` and `throughput`.
-    pub item: Duration,
-    /// A CQ producer per I/O.
-    pub cq: Duration,
-    /// An rpciod item besides its buffer read and allocator work.
-    pub rpciod: Duration,
-    /// An nfsiod item besides its allocator work.
-    pub nfsiod: Duration,
-    /// CQ producers preempt the workers on their CPUs (the kernel's `WQ_HIGHPRI`
-    /// completion handlers).
-    pub cq_high_priority: bool,
-}
-
 /// The simulator's workload for `test` on `topology`; `None` for `throughput`'s
 /// `spawn` mode, which has no simulated counterpart (the simulator queues items, it
 /// does not allocate closures). `throughput`'s `work` mode keeps at most `works` items
 /// pending per producer and blocks when all are, where the threaded producers coalesce
 /// the call and carry on.
-pub fn workload(test: &Test, topology: &Topology, costs: &ItemCosts) -> Option<Workload> {
+/// `cq_high_priority`: the CQ producers preempt the workers on their CPUs (the
+/// kernel's `WQ_HIGHPRI` completion handlers).
+pub fn workload(test: &Test, topology: &Topology, cq_high_priority: bool) -> Option<Workload> {
     let usable: Vec<usize> = topology.usable().iter().collect();
     let producers = |n: Option<usize>| -> Vec<usize> {
         let n = n.unwrap_or(usable.len());
         usable.iter().copied().cycle().take(n).collect()
     };
-    let item_ns = ns(costs.item);
     Some(match test {
         Test::Queue(q) => Workload::Queue {
             producer_cpus: producers(q.producers),
-            item_ns,
+            item_ns: ns(q.work),
         },
         Test::Latency(l) => Workload::Latency {
             cpu: l.cpu.unwrap_or(usable[0]),
             think_ns: ns(l.think),
-            item_ns,
+            item_ns: ns(l.work),
         },
         Test::Throughput(t) if t.mode == Mode::Spawn => return None,
         Test::Throughput(t) => Workload::Throughput {
             producer_cpus: producers(t.producers),
             depth: t.works,
-            item_ns,
+            item_ns: ns(t.work),
         },
         Test::Completion(c) => Workload::Completion(CompletionSpec {
             producer_cpus: c.producer_cpus.clone(),
@@ -74,10 +58,10 @@ pub fn workload(test: &Test, topology: &Topology, costs: &ItemCosts) -> Option<W
                 RemoteRule::Cpu => RemoteFree::Cpu,
                 RemoteRule::Node => RemoteFree::Node,
             },
-            producer_ns: ns(costs.cq),
-            high_priority: costs.cq_high_priority,
-            rpciod_ns: ns(costs.rpciod),
-            nfsiod_ns: ns(costs.nfsiod),
+            producer_ns: ns(c.work.cq),
+            high_priority: cq_high_priority,
+            rpciod_ns: ns(c.work.rpciod),
+            nfsiod_ns: ns(c.work.nfsiod),
             toggle: c.toggle.clone(),
             moves: c.moves.iter().map(|(_, cpus)| cpus.clone()).collect(),
         }),
@@ -117,8 +101,8 @@ pub fn run_spec(
 pub struct Simulated<'a> {
     /// Machine, topology and parameters.
     pub setup: &'a Setup,
-    /// What the simulated items cost.
-    pub costs: ItemCosts,
+    /// The CQ producers preempt the workers on their CPUs.
+    pub cq_high_priority: bool,
     /// The `auto` controller's settings.
     pub auto: AutoSpec,
     /// Virtual time before measuring.
@@ -136,7 +120,8 @@ impl Simulated<'_> {
         };
         let mut specs = Vec::new();
         for case in cases.iter().filter(|c| c.system.name() == "podq") {
-            let Some(workload) = workload(&case.test, &self.setup.topology, &self.costs) else {
+            let Some(workload) = workload(&case.test, &self.setup.topology, self.cq_high_priority)
+            else {
                 continue;
             };
             let (scope, strict) = podq_config(&case.config)?;

@@ -1,6 +1,8 @@
 //! `podq bench X --sim MACHINE`: the bench's own cases, run again through the
 //! simulator backend on the same topology with a machine profile's costs, printed next
-//! to the real ones. Both runs take the same workload definitions (`bench::define`).
+//! to the real ones. Both runs take the same workload definitions (`bench::define`),
+//! item work included: a simulated item costs what bench's `--item-work` ... made the
+//! real one spend besides its real work.
 
 use std::time::Duration;
 
@@ -8,21 +10,11 @@ use anyhow::Result;
 use indicatif::ProgressBar;
 use podq_sim::auto::AutoSpec;
 
-use super::backend::{ItemCosts, Simulated};
+use super::backend::Simulated;
 use crate::bench::define::Backend;
 use crate::bench::report::{self, human_ns, human_rate, Report};
 use crate::bench::workloads::{Case, RunLength};
 use crate::bench::{usage, BenchArgs, Workload};
-
-/// What the simulated items cost next to bench's real ones: `podq sim`'s defaults,
-/// with the CQs as ordinary threads, as bench's producers are.
-const COSTS: ItemCosts = ItemCosts {
-    item: Duration::from_nanos(100),
-    cq: Duration::from_micros(2),
-    rpciod: Duration::from_micros(16),
-    nfsiod: Duration::from_micros(4),
-    cq_high_priority: false,
-};
 
 /// Refuses a `--sim` that cannot run, before the real runs spend their time.
 pub fn check(bench: &BenchArgs, machine: &str) -> Result<()> {
@@ -50,7 +42,8 @@ pub fn side_by_side(
     let setup = super::setup_on(profile, params, topology.to_owned())?;
     let backend = Simulated {
         setup: &setup,
-        costs: COSTS,
+        // bench's producers are ordinary threads.
+        cq_high_priority: false,
         auto: AutoSpec {
             window_ns: super::ns(bench.auto_window),
             config: crate::bench::auto_config(bench)?,

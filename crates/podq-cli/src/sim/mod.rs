@@ -18,7 +18,6 @@ use crate::bench::alloc_model::{AllocConfig, RemoteRule};
 use crate::bench::output::Outputs;
 use crate::bench::workloads::throughput;
 use crate::bench::{self, define, progress_bar, scopes_or_all, topo, usage, StrictArg};
-use backend::ItemCosts;
 
 /// What to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -375,17 +374,12 @@ fn options(args: &SimArgs) -> define::Options<'_> {
                 RemoteFreeArg::Node => RemoteRule::Node,
             },
         },
-    }
-}
-
-/// What the simulated items of `args` cost.
-fn item_costs(args: &SimArgs) -> ItemCosts {
-    ItemCosts {
-        item: args.item_work,
-        cq: args.cq_work,
-        rpciod: args.rpciod_work,
-        nfsiod: args.nfsiod_work,
-        cq_high_priority: args.cq_priority == CqPriority::High,
+        work: define::ItemWork {
+            item: args.item_work,
+            cq: args.cq_work,
+            rpciod: args.rpciod_work,
+            nfsiod: args.nfsiod_work,
+        },
     }
 }
 
@@ -405,10 +399,10 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
         SimWorkload::Completion => bench::Workload::Completion,
         SimWorkload::Throughput => bench::Workload::Throughput,
     };
-    let costs = item_costs(args);
+    let high_priority = args.cq_priority == CqPriority::High;
     let mut out = Vec::new();
     for test in define::tests(which, &options(args), topology)? {
-        let Some(workload) = backend::workload(&test, topology, &costs) else {
+        let Some(workload) = backend::workload(&test, topology, high_priority) else {
             continue;
         };
         let scopes = if args.toggle.is_empty() {

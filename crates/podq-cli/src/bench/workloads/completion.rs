@@ -45,6 +45,8 @@ pub struct CompletionParams {
     /// Placements the producers go through in equal segments (name, CPU of each
     /// producer); empty: they stay on `producer_cpus`.
     pub moves: Vec<(String, Vec<usize>)>,
+    /// CPU time of the producer per I/O and of each stage's item.
+    pub work: crate::bench::define::ItemWork,
 }
 
 /// One I/O slot of a producer.
@@ -72,6 +74,8 @@ struct Shared {
     completed: AtomicU64,
     /// Worker CPU changes seen between items.
     migrations: AtomicU64,
+    /// CPU time of the producer and each stage beyond their real work (read-only).
+    work: crate::bench::define::ItemWork,
 }
 
 thread_local! {
@@ -199,6 +203,7 @@ pub fn run(
         base: Instant::now(),
         completed: AtomicU64::new(0),
         migrations: AtomicU64::new(0),
+        work: params.work,
     });
     let barrier = Barrier::new(params.producer_cpus.len() + 1);
     let stop = AtomicBool::new(false);
@@ -420,6 +425,7 @@ fn build_slot(
     let nfsiod_item: Arc<dyn Item> = {
         let (slot, shared, free) = (Arc::clone(slot), Arc::clone(ctx.shared), free.clone());
         Arc::from(ctx.nfsiod.prepare(Arc::new(move || {
+            crate::bench::define::spin(shared.work.nfsiod);
             let cpu = shared.worker_cpu();
             let task = slot.task.lock().expect("no item panics").take();
             if let Some(task) = task {
@@ -445,6 +451,7 @@ fn build_slot(
             .iter()
             .fold(0u64, |acc, w| acc.wrapping_add(w.load(Ordering::Relaxed)));
         slot.checksum.store(sum, Ordering::Relaxed);
+        crate::bench::define::spin(shared.work.rpciod);
         nfsiod_item.submit();
     }))
 }
@@ -521,6 +528,7 @@ fn producer(
         for (i, word) in slot.buffer.iter().enumerate() {
             word.store(posted ^ i as u64, Ordering::Relaxed);
         }
+        crate::bench::define::spin(shared.work.cq);
         slot.posted_at
             .store(shared.base.elapsed().as_nanos() as u64, Ordering::Relaxed);
         items[index].submit();
