@@ -579,6 +579,10 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "object_size": args.object_size,
         "alloc_cache": args.alloc_cache,
         "remote_free": args.remote_free,
+        "item_work": humantime::format_duration(args.item_work).to_string(),
+        "cq_work": humantime::format_duration(args.cq_work).to_string(),
+        "rpciod_work": humantime::format_duration(args.rpciod_work).to_string(),
+        "nfsiod_work": humantime::format_duration(args.nfsiod_work).to_string(),
     })
 }
 
