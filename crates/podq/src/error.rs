@@ -79,6 +79,15 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// [`crate::Work::disable`] on an item already disabled as deep as it goes.
+    #[error("work item is disabled {max} times already: cannot disable it again")]
+    DisableDepth {
+        /// The deepest disable nesting.
+        max: u32,
+    },
+    /// [`crate::Work::enable`] on an item that is not disabled.
+    #[error("work item is not disabled: nothing to enable")]
+    NotDisabled,
     /// A workqueue name that is empty.
     #[error("workqueue name must not be empty")]
     EmptyName,

@@ -173,11 +173,12 @@ where
 
 /// A spawned item as it travels through a workqueue. Dropped without [`OnceTask::run`]
 /// (refused, or lost with its workqueue), it completes the handle with an error.
-pub(crate) struct OnceTask(Option<Arc<dyn RunOnce>>);
+pub(crate) struct OnceTask(Option<Arc<dyn RunOnce>>, Option<Arc<str>>);
 
 impl OnceTask {
     /// Runs the item; returns its panic message if it panicked.
     pub(crate) fn run(mut self) -> Option<String> {
+        let _label = crate::current::Labelled::new(self.1.as_ref());
         self.0.take().and_then(|spawned| spawned.run())
     }
 }
@@ -258,6 +259,14 @@ impl<T> Future for JoinHandle<T> {
 pub(crate) fn pair<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (JoinHandle<T>, OnceTask) {
+    pair_named(None, f)
+}
+
+/// As [`pair`], the item labelled `label` ([`crate::current`]).
+pub(crate) fn pair_named<T: Send + 'static>(
+    label: Option<Arc<str>>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (JoinHandle<T>, OnceTask) {
     let spawned = Arc::new(Spawned {
         f: Mutex::new(Some(f)),
         slot: Mutex::new(Slot {
@@ -267,7 +276,7 @@ pub(crate) fn pair<T: Send + 'static>(
         }),
     });
     let task: Arc<dyn RunOnce> = spawned.clone();
-    (JoinHandle { shared: spawned }, OnceTask(Some(task)))
+    (JoinHandle { shared: spawned }, OnceTask(Some(task), label))
 }
 
 #[cfg(all(test, not(loom)))]

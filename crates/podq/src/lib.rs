@@ -49,7 +49,7 @@
 //! | I | set at init, read-only after | everywhere |
 //! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
 //! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
-//! | W | thread-private (a thread-local) | `context`, `pool`, `workqueue`, `cpu` |
+//! | W | thread-private (a thread-local) | `context`, `current`, `pool`, `workqueue`, `cpu` |
 //! | M | `WqShared::config` | `workqueue` |
 //! | T | `WqShared::table` | `workqueue` |
 //! | S | `WqShared::pwqs` | `workqueue` |
@@ -101,6 +101,7 @@ mod context;
 #[cfg(feature = "control")]
 pub mod control;
 mod cpu;
+mod current;
 mod delayed;
 mod error;
 pub mod fault;
@@ -135,10 +136,11 @@ use std::sync::{Arc, RwLock};
 
 pub use attrs::Attrs;
 pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
+pub use current::{current, Current};
 pub use delayed::DelayedWork;
 pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
-pub use global::{default_workqueue, queue, spawn, DEFAULT_WORKQUEUE_NAME};
+pub use global::{default_workqueue, queue, spawn, spawn_named, DEFAULT_WORKQUEUE_NAME};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;

@@ -718,7 +718,9 @@ fn execute(
         })
     };
     context::set_running(wq.id, work_addr);
+    let running = crate::current::Running::new(wq, pool.id);
     let panicked = f();
+    drop(running);
     #[cfg(feature = "stats")]
     if let Some(start) = start {
         record.run_time(crate::stats::elapsed_ns(start));

@@ -21,6 +21,7 @@ mod builder;
 mod control;
 pub(crate) mod flush;
 mod min_active;
+mod named;
 mod node;
 pub(crate) mod refresh;
 mod registry;
