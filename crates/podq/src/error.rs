@@ -88,6 +88,12 @@ pub enum Error {
     /// [`crate::Work::enable`] on an item that is not disabled.
     #[error("work item is not disabled: nothing to enable")]
     NotDisabled,
+    /// A worker stack size of 0 bytes.
+    #[error("invalid stack size {bytes}: must be more than 0 bytes")]
+    InvalidStackSize {
+        /// The requested size.
+        bytes: usize,
+    },
     /// A workqueue name that is empty.
     #[error("workqueue name must not be empty")]
     EmptyName,

@@ -112,6 +112,7 @@ pub mod stats;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+mod threads;
 mod work;
 mod workqueue;
 
@@ -145,6 +146,7 @@ pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;
+pub use threads::WorkerThread;
 pub use work::Work;
 pub use workqueue::{
     default_scope, set_default_scope, CpuRun, PodRun, Workqueue, WorkqueueBuilder,

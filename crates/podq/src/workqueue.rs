@@ -181,6 +181,8 @@ pub(crate) struct WqShared {
     panic_hook: Option<PanicHook>,
     /// I: its own error hook (`None`: the process-wide one).
     pub(crate) error_hook: Option<ErrorHook>,
+    /// I: how its pools and rescuer make threads.
+    pub(crate) threads: Arc<crate::threads::ThreadOptions>,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.

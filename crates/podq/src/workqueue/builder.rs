@@ -19,7 +19,8 @@ use crate::policy;
 use crate::pool;
 use crate::stats::ItemCounters;
 use crate::sync::lock_std as lock;
-use crate::{Attrs, Error, PanicHook, PanicReport, Workqueue};
+use crate::threads::ThreadOptions;
+use crate::{Attrs, Error, PanicHook, PanicReport, WorkerThread, Workqueue};
 
 /// Builds a [`Workqueue`]; every setting has the kernel's default.
 #[derive(Clone)]
@@ -37,6 +38,7 @@ pub struct WorkqueueBuilder {
     auto: auto::Settings,
     panic_hook: Option<PanicHook>,
     error_hook: Option<ErrorHook>,
+    threads: ThreadOptions,
 }
 
 impl fmt::Debug for WorkqueueBuilder {
@@ -54,6 +56,10 @@ impl fmt::Debug for WorkqueueBuilder {
             .field("auto", &self.auto)
             .field("panic_hook", &self.panic_hook.is_some())
             .field("error_hook", &self.error_hook.is_some())
+            .field("thread_name", &self.threads.name.is_some())
+            .field("stack_size", &self.threads.stack_size)
+            .field("on_thread_start", &self.threads.on_start.is_some())
+            .field("on_thread_stop", &self.threads.on_stop.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -165,6 +171,82 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// The name of each worker thread, from its pool's id and its index in the pool
+    /// (default: the kernel-style `podq/u<pool>:<index>`). The OS keeps the first 15
+    /// bytes; a name is cut at its first NUL byte. A panicking function is reported
+    /// through the panic hook and the default name used for that thread. The rescuer
+    /// keeps its kernel name, `podq/R-<workqueue>`.
+    ///
+    /// Setting any thread option gives the workqueue pools of its own: pools are
+    /// shared only between workqueues on default thread options.
+    ///
+    /// ```
+    /// let wq = podq::Workqueue::builder("doc-thread-name")
+    ///     .thread_name(|pool, index| format!("io-{pool}.{index}"))
+    ///     .build()?;
+    /// let name = wq.spawn(|| std::thread::current().name().map(str::to_owned));
+    /// assert!(name.join().unwrap().unwrap().starts_with("io-"));
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn thread_name(
+        mut self,
+        name: impl Fn(u64, usize) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.threads.name = Some(Arc::new(name));
+        self
+    }
+
+    /// The stack size of worker and rescuer threads, in bytes (default: the standard
+    /// library's, 2 MiB unless `RUST_MIN_STACK` says otherwise). The OS rounds it up to
+    /// its minimum; 0 is refused ([`Error::InvalidStackSize`]). A size the OS cannot
+    /// give fails thread creation, which is handled as any such failure (reported
+    /// through the error hook, retried, rescued when the workqueue has a rescuer).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.threads.stack_size = Some(bytes);
+        self
+    }
+
+    /// A hook called on every new worker thread of this workqueue's pools, rescuer
+    /// included, before it runs any item (after its affinity and nice value are set),
+    /// with the pool and CPUs it serves. A panic in it is caught and reported through
+    /// the panic hook; the thread carries on.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let started = Arc::new(AtomicUsize::new(0));
+    /// let count = Arc::clone(&started);
+    /// let wq = podq::Workqueue::builder("doc-thread-start")
+    ///     .on_thread_start(move |t| {
+    ///         assert!(t.pool.is_some() && !t.cpus.is_empty());
+    ///         count.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()?;
+    /// wq.spawn(|| ()).join().unwrap();
+    /// assert!(started.load(Ordering::SeqCst) >= 1);
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn on_thread_start(
+        mut self,
+        hook: impl Fn(&WorkerThread<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.threads.on_start = Some(Arc::new(hook));
+        self
+    }
+
+    /// A hook called on every worker thread of this workqueue's pools, rescuer
+    /// included, as it exits (reaped when idle, or its pool stopped), with the same
+    /// description as [`WorkqueueBuilder::on_thread_start`]. A panic in it is caught
+    /// and reported.
+    pub fn on_thread_stop(
+        mut self,
+        hook: impl Fn(&WorkerThread<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.threads.on_stop = Some(Arc::new(hook));
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -172,6 +254,9 @@ impl WorkqueueBuilder {
         }
         if self.scope == Scope::Default {
             env_default()?;
+        }
+        if self.threads.stack_size == Some(0) {
+            return Err(Error::InvalidStackSize { bytes: 0 });
         }
         if self.auto.window < Duration::from_millis(1) {
             return Err(Error::InvalidAutoWindow {
@@ -201,6 +286,7 @@ impl WorkqueueBuilder {
         };
         attrs::validate(&attrs)?;
         pool::start_manager()?;
+        let threads = Arc::new(self.threads.seal(&self.name, self.panic_hook.clone()));
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
         let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
@@ -237,13 +323,15 @@ impl WorkqueueBuilder {
             counters: ItemCounters::default(),
             panic_hook: self.panic_hook,
             error_hook: self.error_hook,
+            threads,
         });
         {
             let mut cfg = lock(&shared.config);
             shared.apply(&mut cfg, attrs)?;
         }
         if self.rescuer {
-            pool::start_rescuer(shared.id, &shared.name)?;
+            let cpus = shared.cpu_map.reals(&lock(&shared.config).attrs.cpumask);
+            pool::start_rescuer(shared.id, &shared.name, &shared.threads, cpus)?;
         }
         let on_auto = lock(&shared.config).auto.is_some();
         let mut wqs = lock(registry());
@@ -276,6 +364,7 @@ impl Workqueue {
             auto: auto::Settings::default(),
             panic_hook: None,
             error_hook: None,
+            threads: ThreadOptions::default(),
         }
     }
 }
