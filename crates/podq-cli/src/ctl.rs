@@ -29,7 +29,8 @@ enum Action {
         #[arg(long)]
         json: bool,
     },
-    /// Print one attribute (affinity_scope, affinity_strict, cpumask, max_active, nice).
+    /// Print one attribute (affinity_scope, affinity_strict, cpumask, max_active,
+    /// min_active, nice).
     Get {
         /// The workqueue.
         wq: String,
@@ -172,6 +173,7 @@ fn typed(q: &QueueSummary) -> serde_json::Value {
         },
         "cpumask": q.cpumask,
         "max_active": number(&q.max_active),
+        "min_active": number(&q.min_active),
         "nice": number(&q.nice),
         "ordered": q.ordered,
     })
@@ -185,6 +187,7 @@ fn printable(queue: &QueueSummary) -> QueueSummary {
         &mut q.affinity_strict,
         &mut q.cpumask,
         &mut q.max_active,
+        &mut q.min_active,
         &mut q.nice,
     ] {
         *field = escape_controls(field).into_owned();
@@ -214,10 +217,11 @@ fn list_table(queues: &[QueueSummary]) -> String {
         "STRICT",
         "CPUMASK",
         "MAX_ACTIVE",
+        "MIN_ACTIVE",
         "NICE",
         "ORDERED",
     ];
-    let rows: Vec<[String; 7]> = queues
+    let rows: Vec<[String; 8]> = queues
         .iter()
         .map(|q| {
             [
@@ -226,6 +230,7 @@ fn list_table(queues: &[QueueSummary]) -> String {
                 q.affinity_strict.clone(),
                 q.cpumask.clone(),
                 q.max_active.clone(),
+                q.min_active.clone(),
                 q.nice.clone(),
                 if q.ordered { "yes" } else { "no" }.to_owned(),
             ]
@@ -243,15 +248,16 @@ mod tests {
         let q = |name: &str, scope: &str| -> QueueSummary {
             serde_json::from_value(serde_json::json!({
                 "name": name, "affinity_scope": scope, "affinity_strict": "0",
-                "cpumask": "3", "max_active": "256", "nice": "0", "ordered": false
+                "cpumask": "3", "max_active": "256", "min_active": "8", "nice": "0",
+                "ordered": false
             }))
             .unwrap()
         };
         let table = list_table(&[q("rpciod", "default (cache_shard)"), q("nfsiod", "numa")]);
         let want = "\
-NAME    AFFINITY_SCOPE         STRICT  CPUMASK  MAX_ACTIVE  NICE  ORDERED
-rpciod  default (cache_shard)       0        3         256     0  no
-nfsiod  numa                        0        3         256     0  no
+NAME    AFFINITY_SCOPE         STRICT  CPUMASK  MAX_ACTIVE  MIN_ACTIVE  NICE  ORDERED
+rpciod  default (cache_shard)       0        3         256           8     0  no
+nfsiod  numa                        0        3         256           8     0  no
 ";
         assert_eq!(table, want);
         let evil = printable(&q("a\x1b[2Jb", "numa\u{9b}1m"));

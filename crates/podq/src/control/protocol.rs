@@ -82,6 +82,9 @@ pub struct QueueSummary {
     pub cpumask: String,
     /// `max_active`.
     pub max_active: String,
+    /// `min_active` (empty from a server that does not report it).
+    #[serde(default)]
+    pub min_active: String,
     /// `nice`.
     pub nice: String,
     /// Whether the workqueue is ordered.
@@ -98,6 +101,7 @@ impl QueueSummary {
             affinity_strict: value(Attr::AffinityStrict),
             cpumask: value(Attr::Cpumask),
             max_active: value(Attr::MaxActive),
+            min_active: value(Attr::MinActive),
             nice: value(Attr::Nice),
             ordered: info.attrs.ordered,
         }

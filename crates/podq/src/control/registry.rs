@@ -226,6 +226,7 @@ mod tests {
                 cpumask: CpuSet::first_n(16),
                 nice: 0,
                 max_active: 8,
+                min_active: 8,
                 ordered: false,
             }),
         })

@@ -89,7 +89,7 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             let attr: Attr = attr.parse()?;
             let info = find(&queue)?;
             let parsed = attr::parse_value(attr, &value, info.nr_cpu_ids)?;
-            if attr == Attr::MaxActive && info.attrs.ordered {
+            if matches!(attr, Attr::MaxActive | Attr::MinActive) && info.attrs.ordered {
                 return Err(ControlError::ReadOnly {
                     queue,
                     attr,

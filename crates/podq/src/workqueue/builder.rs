@@ -30,6 +30,7 @@ pub struct WorkqueueBuilder {
     strict: bool,
     cpumask: Option<CpuSet>,
     max_active: usize,
+    min_active: Option<usize>,
     ordered: bool,
     nice: i32,
     topology: Option<Topology>,
@@ -49,6 +50,7 @@ impl fmt::Debug for WorkqueueBuilder {
             .field("strict", &self.strict)
             .field("cpumask", &self.cpumask)
             .field("max_active", &self.max_active)
+            .field("min_active", &self.min_active)
             .field("ordered", &self.ordered)
             .field("nice", &self.nice)
             .field("idle_timeout", &self.idle_timeout)
@@ -115,6 +117,31 @@ impl WorkqueueBuilder {
     /// run, 3 on each node ([`policy::node_limits`]).
     pub fn max_active(mut self, n: usize) -> Self {
         self.max_active = n;
+        self
+    }
+
+    /// The per-node floor under the node shares of `max_active` (the kernel's
+    /// `workqueue_set_min_active` at creation; default `min(max_active, 8)`, the
+    /// kernel's `WQ_DFL_MIN_ACTIVE`): every node of the cpumask may run at least this
+    /// many items at once, whatever its share. Must not exceed `max_active`
+    /// ([`Error::InvalidMinActive`], where the kernel clamps); refused for ordered
+    /// workqueues ([`Error::Ordered`]). Changed live with [`Workqueue::set_min_active`].
+    ///
+    /// ```
+    /// use podq::{Topology, Workqueue};
+    ///
+    /// let wq = Workqueue::builder("doc-min-active-builder")
+    ///     .topology(Topology::synthetic("2s4c1t")?)
+    ///     .max_active(16)
+    ///     .min_active(12)
+    ///     .build()?;
+    /// assert_eq!(wq.attrs().min_active, 12);
+    /// let too_high = Workqueue::builder("doc-min-active-high").max_active(4).min_active(5);
+    /// assert!(too_high.build().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn min_active(mut self, n: usize) -> Self {
+        self.min_active = Some(n);
         self
     }
 
@@ -255,6 +282,12 @@ impl WorkqueueBuilder {
         if self.scope == Scope::Default {
             env_default()?;
         }
+        if self.ordered && self.min_active.is_some() {
+            return Err(Error::Ordered {
+                wq: self.name,
+                what: "min_active",
+            });
+        }
         if self.threads.stack_size == Some(0) {
             return Err(Error::InvalidStackSize { bytes: 0 });
         }
@@ -281,7 +314,9 @@ impl WorkqueueBuilder {
             cpumask,
             nice: self.nice,
             max_active: if self.ordered { 1 } else { self.max_active },
-            min_active: policy::min_active(if self.ordered { 1 } else { self.max_active }),
+            min_active: self.min_active.unwrap_or_else(|| {
+                policy::min_active(if self.ordered { 1 } else { self.max_active })
+            }),
             ordered: self.ordered,
         };
         attrs::validate(&attrs)?;
@@ -356,6 +391,7 @@ impl Workqueue {
             strict: false,
             cpumask: None,
             max_active: policy::WQ_DFL_ACTIVE,
+            min_active: None,
             ordered: false,
             nice: 0,
             topology: None,
