@@ -65,6 +65,7 @@ pub(crate) struct Running {
 
 impl Running {
     pub(crate) fn new(wq: &Arc<WqShared>, pool: u64) -> Running {
+        crate::busy::start(wq.id, pool);
         Running {
             previous: WQ.with(|c| c.replace((Arc::as_ptr(wq), pool))),
         }
@@ -74,6 +75,7 @@ impl Running {
 impl Drop for Running {
     fn drop(&mut self) {
         WQ.with(|c| c.set(self.previous));
+        crate::busy::end();
     }
 }
 
@@ -87,6 +89,7 @@ impl Labelled {
     pub(crate) fn new(label: Option<&Arc<str>>) -> Labelled {
         if let Some(label) = label {
             LABEL.with(|l| *l.borrow_mut() = Some(Arc::clone(label)));
+            crate::busy::set_label(Some(label));
         }
         Labelled {
             set: label.is_some(),
@@ -98,6 +101,7 @@ impl Drop for Labelled {
     fn drop(&mut self) {
         if self.set {
             LABEL.with(|l| *l.borrow_mut() = None);
+            crate::busy::set_label(None);
         }
     }
 }

@@ -49,14 +49,15 @@
 //! | I | set at init, read-only after | everywhere |
 //! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
 //! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
-//! | W | thread-private (a thread-local) | `context`, `current`, `pool`, `workqueue`, `cpu` |
+//! | W | thread-private (a thread-local) | `context`, `current`, `busy`, `pool`, `workqueue`, `cpu` |
 //! | M | `WqShared::config` | `workqueue` |
 //! | T | `WqShared::table` | `workqueue` |
 //! | S | `WqShared::pwqs` | `workqueue` |
 //! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
 //! | N | `NodeActive::pending` | `workqueue` |
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
-//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids) | `workqueue` |
+//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats) | `workqueue`, `busy` |
+//! | V | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
 //! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
 //! | J | `PoolCore::joins` | `pool` |
@@ -84,7 +85,7 @@
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
-//! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
+//! leaves: G live workqueues, G topology ids, G worker beats, V beat labels, J joins, R stats workers, X timer,
 //!         H handoff, C waiters, D and O of a spawned item, E hooks, Y auto sampler,
 //!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
@@ -97,6 +98,7 @@
 
 mod attrs;
 pub mod auto;
+mod busy;
 mod context;
 #[cfg(feature = "control")]
 pub mod control;
@@ -149,7 +151,8 @@ pub use stats::WorkqueueStats;
 pub use threads::WorkerThread;
 pub use work::Work;
 pub use workqueue::{
-    default_scope, set_default_scope, CpuRun, PodRun, Workqueue, WorkqueueBuilder,
+    default_scope, set_default_scope, CpuRun, PodRun, Shutdown, Unfinished, Workqueue,
+    WorkqueueBuilder,
 };
 
 /// What a panic hook is told about a panicking work item.

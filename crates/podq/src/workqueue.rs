@@ -25,12 +25,14 @@ mod named;
 mod node;
 pub(crate) mod refresh;
 mod registry;
+mod shutdown;
 mod teardown;
 
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
+pub use shutdown::{Shutdown, Unfinished};
 
 use std::cell::Cell;
 use std::collections::VecDeque;

@@ -52,6 +52,11 @@ impl InFlight {
     pub(crate) fn is_empty(&self) -> bool {
         self.counts.is_empty()
     }
+
+    /// How many items are in flight, all generations together.
+    pub(crate) fn total(&self) -> u64 {
+        self.counts.iter().map(|&(_, n)| n).sum()
+    }
 }
 
 /// The flush state of one workqueue.
