@@ -12,6 +12,7 @@ use std::time::Instant;
 pub(crate) use state::{Start, WorkState, PENDING};
 use state::{MAX_DISABLE_DEPTH, RUNNING};
 
+use crate::workqueue::flush::Colour;
 use crate::workqueue::Pwq;
 use crate::Error;
 use std::sync::Arc;
@@ -251,8 +252,8 @@ pub(crate) struct Entry {
 /// The accounting part of an [`Entry`].
 pub(crate) struct EntryMeta {
     pub(crate) pwq: Arc<Pwq>,
-    /// Flush generation (see `workqueue/flush.rs`).
-    pub(crate) gen: u64,
+    /// Flush colour (see `workqueue/flush.rs`).
+    pub(crate) colour: Colour,
     /// The CPU of the queueing thread, in the workqueue's topology.
     #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) queued_cpu: usize,
