@@ -122,9 +122,10 @@ impl InFlight {
         self.word.load(SeqCst) & !DEAD == 0
     }
 
-    /// How many items are in flight, all generations together.
+    /// How many items are in flight, both colours together.
     pub(crate) fn total(&self) -> u64 {
-        self.counts.iter().map(|&(_, n)| n).sum()
+        let word = self.word.load(SeqCst);
+        (word & COUNT) + ((word >> 32) & COUNT)
     }
 }
 

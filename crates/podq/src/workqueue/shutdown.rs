@@ -109,7 +109,7 @@ impl WqShared {
     /// Items in flight on every pwq (queued, waiting for a slot, running).
     fn in_flight(&self) -> usize {
         let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
-        let total: u64 = pwqs.iter().map(|p| lock(&p.state).in_flight.total()).sum();
+        let total: u64 = pwqs.iter().map(|p| p.in_flight.total()).sum();
         usize::try_from(total).unwrap_or(usize::MAX)
     }
 }
