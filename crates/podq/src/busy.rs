@@ -107,24 +107,40 @@ pub(crate) struct Look {
     pub(crate) thread: String,
 }
 
-/// Every thread running an item now.
-pub(crate) fn running() -> Vec<Look> {
+/// Every beat now (odd `word`: running; the label only for running ones).
+pub(crate) fn looks() -> Vec<Look> {
     let beats: Vec<Arc<Beat>> = lock(&BEATS).iter().filter_map(Weak::upgrade).collect();
     beats
         .iter()
-        .filter_map(|beat| {
+        .map(|beat| {
             // Acquire: pairs with the Release stores of `word`.
             let word = beat.word.load(Acquire);
-            (word & 1 == 1).then(|| Look {
+            Look {
                 beat: Arc::as_ptr(beat) as usize,
                 word,
                 wq: beat.wq.load(Relaxed),
                 pool: beat.pool.load(Relaxed),
-                label: lock(&beat.label).clone(),
+                label: if word & 1 == 1 {
+                    lock(&beat.label).clone()
+                } else {
+                    None
+                },
                 thread: beat.thread.clone(),
-            })
+            }
         })
         .collect()
+}
+
+/// Every thread running an item now.
+pub(crate) fn running() -> Vec<Look> {
+    looks().into_iter().filter(Look::running).collect()
+}
+
+impl Look {
+    /// Whether the thread runs an item.
+    pub(crate) fn running(&self) -> bool {
+        self.word & 1 == 1
+    }
 }
 
 /// How many threads run an item of workqueue `wq` now.

@@ -88,6 +88,17 @@ pub enum Error {
     /// [`crate::Work::enable`] on an item that is not disabled.
     #[error("work item is not disabled: nothing to enable")]
     NotDisabled,
+    /// A stall the watchdog found (told to error hooks, see [`crate::watchdog`]).
+    #[error("{0}")]
+    Stall(crate::watchdog::Stall),
+    /// A watchdog threshold below 1 ms.
+    #[error("invalid {what} threshold {threshold:?}: must be at least 1ms")]
+    InvalidWatchdogThreshold {
+        /// Which threshold (`stall`, `long-item`).
+        what: &'static str,
+        /// The requested value.
+        threshold: std::time::Duration,
+    },
     /// A worker stack size of 0 bytes.
     #[error("invalid stack size {bytes}: must be more than 0 bytes")]
     InvalidStackSize {

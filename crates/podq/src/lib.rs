@@ -36,6 +36,12 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//! - The stall watchdog ([`watchdog`]) samples each worker's run counter instead of
+//!   stamping a time per item, and its long-item count only reports (the kernel's
+//!   CPU-intensive threshold also changes concurrency management); `panic_on_stall`
+//!   aborts the process.
+//! - [`Work::enable`] on an item that is not disabled, and [`Work::disable`] past 65535
+//!   levels, are errors (the kernel warns).
 //! - [`Scope::Auto`] has no kernel counterpart: the workqueue chooses its scope from
 //!   its statistics (see [`auto`]).
 //!
@@ -57,6 +63,7 @@
 //! | N | `NodeActive::pending` | `workqueue` |
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
 //! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats) | `workqueue`, `busy` |
+//! | WD | a workqueue's watchdog findings `WqWatch::found` | `watchdog` |
 //! | V | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
 //! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
@@ -85,7 +92,7 @@
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
-//! leaves: G live workqueues, G topology ids, G worker beats, V beat labels, J joins, R stats workers, X timer,
+//! leaves: G live workqueues, G topology ids, G worker beats, V beat labels, WD watchdog findings, J joins, R stats workers, X timer,
 //!         H handoff, C waiters, D and O of a spawned item, E hooks, Y auto sampler,
 //!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
@@ -115,6 +122,7 @@ mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod threads;
+pub mod watchdog;
 mod work;
 mod workqueue;
 

@@ -25,6 +25,7 @@ use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard}
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
+mod watch;
 mod worklist;
 pub(crate) use crate::context::{current_wq, running_work};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};

@@ -29,6 +29,7 @@ pub(crate) mod refresh;
 mod registry;
 mod shutdown;
 mod teardown;
+pub(crate) mod watch;
 
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
@@ -188,6 +189,8 @@ pub(crate) struct WqShared {
     pub(crate) error_hook: Option<ErrorHook>,
     /// I: how its pools and rescuer make threads.
     pub(crate) threads: Arc<crate::threads::ThreadOptions>,
+    /// I (findings WD): its watchdog thresholds and what the watchdog found.
+    pub(crate) watch: crate::watchdog::WqWatch,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -703,6 +706,7 @@ impl WqShared {
             effective_scope,
             auto,
             totals: self.counters.snapshot(),
+            watchdog: self.watch.snapshot(),
             pools,
         }
     }

@@ -37,6 +37,7 @@ pub(crate) fn stats_of(name: &str, a: &QueueAttrs) -> WorkqueueStats {
         auto: None,
         totals: Totals::default(),
         pools: Vec::new(),
+        watchdog: Default::default(),
     }
 }
 

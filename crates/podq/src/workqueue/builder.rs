@@ -40,6 +40,8 @@ pub struct WorkqueueBuilder {
     panic_hook: Option<PanicHook>,
     error_hook: Option<ErrorHook>,
     threads: ThreadOptions,
+    stall_threshold: Option<Duration>,
+    long_item_threshold: Option<Duration>,
 }
 
 impl fmt::Debug for WorkqueueBuilder {
@@ -62,6 +64,8 @@ impl fmt::Debug for WorkqueueBuilder {
             .field("stack_size", &self.threads.stack_size)
             .field("on_thread_start", &self.threads.on_start.is_some())
             .field("on_thread_stop", &self.threads.on_stop.is_some())
+            .field("stall_threshold", &self.stall_threshold)
+            .field("long_item_threshold", &self.long_item_threshold)
             .finish_non_exhaustive()
     }
 }
@@ -274,6 +278,24 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// This workqueue's stall threshold (default: the process-wide one,
+    /// [`crate::watchdog::set_stall_threshold`], 30 s): the watchdog reports one of its
+    /// items running this long, and a pool it uses whose pending items wait this long
+    /// with no progress (a pool shared by several workqueues uses the smallest of their
+    /// thresholds). At least 1 ms.
+    pub fn stall_threshold(mut self, threshold: Duration) -> Self {
+        self.stall_threshold = Some(threshold);
+        self
+    }
+
+    /// This workqueue's long-item threshold (default: the process-wide one,
+    /// [`crate::watchdog::set_long_item_threshold`], 1 s): its items that run this long
+    /// are counted in its stats, the first few with their label. At least 1 ms.
+    pub fn long_item_threshold(mut self, threshold: Duration) -> Self {
+        self.long_item_threshold = Some(threshold);
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -287,6 +309,12 @@ impl WorkqueueBuilder {
                 wq: self.name,
                 what: "min_active",
             });
+        }
+        if let Some(t) = self.stall_threshold {
+            crate::watchdog::check("stall", t)?;
+        }
+        if let Some(t) = self.long_item_threshold {
+            crate::watchdog::check("long-item", t)?;
         }
         if self.threads.stack_size == Some(0) {
             return Err(Error::InvalidStackSize { bytes: 0 });
@@ -321,6 +349,7 @@ impl WorkqueueBuilder {
         };
         attrs::validate(&attrs)?;
         pool::start_manager()?;
+        crate::watchdog::start()?;
         let threads = Arc::new(self.threads.seal(&self.name, self.panic_hook.clone()));
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
@@ -359,6 +388,7 @@ impl WorkqueueBuilder {
             panic_hook: self.panic_hook,
             error_hook: self.error_hook,
             threads,
+            watch: crate::watchdog::WqWatch::new(self.stall_threshold, self.long_item_threshold),
         });
         {
             let mut cfg = lock(&shared.config);
@@ -401,6 +431,8 @@ impl Workqueue {
             panic_hook: None,
             error_hook: None,
             threads: ThreadOptions::default(),
+            stall_threshold: None,
+            long_item_threshold: None,
         }
     }
 }
