@@ -63,7 +63,7 @@
 //! | N | `NodeActive::pending` | `workqueue` |
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
 //! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats) | `workqueue`, `busy` |
-//! | WD | a workqueue's watchdog findings `WqWatch::found` | `watchdog` |
+//! | WD | the watchdog's own mutexes (`WqWatch::found`, its remembered state) | `watchdog` |
 //! | V | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
 //! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
@@ -159,8 +159,8 @@ pub use stats::WorkqueueStats;
 pub use threads::WorkerThread;
 pub use work::Work;
 pub use workqueue::{
-    default_scope, set_default_scope, CpuRun, PodRun, Shutdown, Unfinished, Workqueue,
-    WorkqueueBuilder,
+    default_scope, set_default_scope, CpuRun, PodRun, PoolDump, PwqDump, RunningItem, Shutdown,
+    Unfinished, Workqueue, WorkqueueBuilder, WorkqueueDump,
 };
 
 /// What a panic hook is told about a panicking work item.

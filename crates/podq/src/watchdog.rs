@@ -26,8 +26,8 @@
 //! and defaults to 1 s so that the watchdog wakes rarely.
 //!
 //! Legend: A atomic (`Relaxed` settings, pairing with nothing: the watchdog reads them
-//! again at every look); W the watchdog thread's own; WD guarded by `WqWatch::found`
-//! (a leaf).
+//! again at every look); WD guarded by its own mutex (`WqWatch::found`, the
+//! watchdog's remembered state `state()`; leaves, never held while calling hooks).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -35,6 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use podq_topology::CpuSet;
 use serde::{Deserialize, Serialize};
 
 use crate::busy::{self, Look};
@@ -263,16 +264,43 @@ fn wake() {
     }
 }
 
+/// WD: what the watchdog remembers between looks, also read by `Workqueue::dump`.
+fn state() -> &'static Mutex<State> {
+    static STATE: OnceLock<Mutex<State>> = OnceLock::new();
+    STATE.get_or_init(Mutex::default)
+}
+
 fn run() {
-    let mut state = State::default();
     loop {
         let watched = watched();
         let period = period(&watched);
-        state.look(&watched, Instant::now());
+        let found = lock(state()).look(&watched, Instant::now());
+        // Hooks run with no podq lock held.
+        for (wqs, pod, stall) in found {
+            report(&wqs, &pod, stall);
+        }
         drop(watched);
         std::thread::park_timeout(period);
     }
 }
+
+/// Since when the watchdog has seen a beat's run `word` running (`None`: not seen yet,
+/// so it has run for less than one watchdog period).
+pub(crate) fn running_since(beat: usize, word: u64) -> Option<Instant> {
+    lock(state()).items.get(&(beat, word)).map(|s| s.since)
+}
+
+/// Since when pool `pool` has had pending items and no progress, as of the last look
+/// (`None`: it made progress or had nothing pending).
+pub(crate) fn stuck_since(pool: u64) -> Option<Instant> {
+    lock(state())
+        .pools
+        .get(&pool)
+        .and_then(|p| p.pending.then_some(p.progress_at))
+}
+
+/// A stall to report: the workqueues it concerns, the pool's pod, the stall.
+type Found = (Vec<Arc<WqShared>>, CpuSet, Stall);
 
 /// A quarter of the smallest threshold in force, between 1 ms and 1 s.
 fn period(watched: &Watched) -> Duration {
@@ -287,7 +315,7 @@ fn period(watched: &Watched) -> Duration {
     (smallest / 4).clamp(MIN_THRESHOLD, Duration::from_secs(1))
 }
 
-/// What the watchdog remembers between looks (W).
+/// What the watchdog remembers between looks.
 #[derive(Default)]
 struct State {
     /// Running items by (beat, word): when first seen, and what was reported.
@@ -306,17 +334,27 @@ struct Seen {
 struct PoolSeen {
     signature: u64,
     progress_at: Instant,
+    /// It had items on its worklist at the last look.
+    pending: bool,
     reported: bool,
 }
 
 impl State {
-    fn look(&mut self, watched: &Watched, now: Instant) {
+    fn look(&mut self, watched: &Watched, now: Instant) -> Vec<Found> {
         let looks = busy::looks();
-        self.look_at_items(watched, &looks, now);
-        self.look_at_pools(watched, &looks, now);
+        let mut found = Vec::new();
+        self.look_at_items(watched, &looks, now, &mut found);
+        self.look_at_pools(watched, &looks, now, &mut found);
+        found
     }
 
-    fn look_at_items(&mut self, watched: &Watched, looks: &[Look], now: Instant) {
+    fn look_at_items(
+        &mut self,
+        watched: &Watched,
+        looks: &[Look],
+        now: Instant,
+        found: &mut Vec<Found>,
+    ) {
         let running: Vec<&Look> = looks.iter().filter(|l| l.running()).collect();
         self.items
             .retain(|key, _| running.iter().any(|l| (l.beat, l.word) == *key));
@@ -360,12 +398,18 @@ impl State {
                     .find(|(c, _)| c.id == look.pool)
                     .map(|(c, _)| c.key.pod.clone())
                     .unwrap_or_default();
-                report(&[wq], &pod, stall);
+                found.push((vec![Arc::clone(wq)], pod, stall));
             }
         }
     }
 
-    fn look_at_pools(&mut self, watched: &Watched, looks: &[Look], now: Instant) {
+    fn look_at_pools(
+        &mut self,
+        watched: &Watched,
+        looks: &[Look],
+        now: Instant,
+        found: &mut Vec<Found>,
+    ) {
         self.pools
             .retain(|id, _| watched.pools.iter().any(|(c, _)| c.id == *id));
         for (core, users) in &watched.pools {
@@ -377,15 +421,18 @@ impl State {
             let seen = self.pools.entry(core.id).or_insert(PoolSeen {
                 signature,
                 progress_at: now,
+                pending: false,
                 reported: false,
             });
+            seen.pending = pending > 0;
             if pending == 0 || seen.signature != signature {
                 seen.signature = signature;
                 seen.progress_at = now;
                 seen.reported = false;
                 continue;
             }
-            let users: Vec<&Arc<WqShared>> = users.iter().map(|&i| &watched.wqs[i]).collect();
+            let users: Vec<Arc<WqShared>> =
+                users.iter().map(|&i| Arc::clone(&watched.wqs[i])).collect();
             let threshold = users
                 .iter()
                 .filter_map(|wq| wq.watch.stall_threshold())
@@ -400,14 +447,14 @@ impl State {
                 kind: StallKind::Pending { items: pending },
                 stalled_for: waited,
             };
-            report(&users, &core.key.pod, stall);
+            found.push((users, core.key.pod.clone(), stall));
         }
     }
 }
 
 /// Counts `stall` for each of `wqs`, then tells their error hooks (each once) and the
 /// process-wide one (if one of them has none), or aborts with `panic_on_stall`.
-fn report(wqs: &[&Arc<WqShared>], pod: &podq_topology::CpuSet, stall: Stall) {
+fn report(wqs: &[Arc<WqShared>], pod: &CpuSet, stall: Stall) {
     for wq in wqs {
         let mut found = lock(&wq.watch.found);
         found.stalls += 1;

@@ -19,8 +19,10 @@ mod apply;
 mod broadcast;
 mod builder;
 mod completions;
+mod congested;
 #[cfg(feature = "control")]
 mod control;
+mod dump;
 pub(crate) mod flush;
 mod min_active;
 mod named;
@@ -34,6 +36,7 @@ pub(crate) mod watch;
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use completions::Completions;
+pub use dump::{PoolDump, PwqDump, RunningItem, WorkqueueDump};
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
 pub use shutdown::{Shutdown, Unfinished};
