@@ -52,8 +52,20 @@ fn a_long_running_item_is_reported_once_and_counted_long() {
     std::thread::sleep(Duration::from_millis(60));
     release.send(()).unwrap();
     work.flush();
-    let stalls = stalls.lock().unwrap().clone();
-    assert_eq!(stalls.len(), 1, "{stalls:?}");
+    let all = stalls.lock().unwrap().clone();
+    // On a loaded machine the first worker may take longer than the threshold to
+    // start: the item waiting for it is a pending stall of its own.
+    let (stalls, slow_start): (Vec<Stall>, Vec<Stall>) = all
+        .iter()
+        .cloned()
+        .partition(|s| matches!(s.kind, StallKind::Running { .. }));
+    assert!(
+        slow_start
+            .iter()
+            .all(|s| matches!(s.kind, StallKind::Pending { items: 1 })),
+        "{all:?}"
+    );
+    assert_eq!(stalls.len(), 1, "{all:?}");
     match &stalls[0].kind {
         StallKind::Running {
             workqueue, label, ..
@@ -65,8 +77,8 @@ fn a_long_running_item_is_reported_once_and_counted_long() {
     }
     assert!(stalls[0].stalled_for >= Duration::from_millis(40));
     let found = wq.stats().watchdog;
-    assert_eq!(found.stalls, 1);
-    assert_eq!(found.last_stall.as_ref(), Some(&stalls[0]));
+    assert_eq!(found.stalls, all.len() as u64);
+    assert_eq!(found.last_stall.as_ref(), all.last());
     assert_eq!(found.long_items, 1);
     assert_eq!(
         found.first_long_items[0].label.as_deref(),
@@ -81,7 +93,7 @@ fn a_long_running_item_is_reported_once_and_counted_long() {
     wq.flush();
     std::thread::sleep(Duration::from_millis(30));
     assert_eq!(wq.stats().watchdog.long_items, 1);
-    assert_eq!(wq.stats().watchdog.stalls, 1);
+    assert_eq!(wq.stats().watchdog.stalls, all.len() as u64);
 }
 
 #[test]
@@ -103,22 +115,34 @@ fn pending_items_behind_a_stuck_pool_are_reported() {
     });
     started.recv().unwrap();
     let behind: Vec<_> = (0..3).map(|i| wq.spawn(move || i)).collect();
-    let pending = |s: &Stall| matches!(s.kind, StallKind::Pending { .. });
+    let behind_three = |s: &Stall| matches!(s.kind, StallKind::Pending { items: 3 });
     eventually("a pending stall", || {
-        stalls.lock().unwrap().iter().any(pending)
+        stalls.lock().unwrap().iter().any(behind_three)
     });
     std::thread::sleep(Duration::from_millis(60));
     release.send(()).unwrap();
     let results: Vec<i32> = behind.into_iter().map(|h| h.join().unwrap()).collect();
     assert_eq!(results, [0, 1, 2], "nothing lost");
     let stalls = stalls.lock().unwrap().clone();
-    let pendings: Vec<_> = stalls.iter().filter(|s| pending(s)).collect();
-    assert_eq!(pendings.len(), 1, "reported once: {stalls:?}");
-    assert!(matches!(pendings[0].kind, StallKind::Pending { items } if items >= 1));
-    assert_eq!(pendings[0].pool, wq.stats().pools[0].id);
-    // The stuck item itself was a running stall, reported once too.
-    assert_eq!(stalls.len(), 2, "{stalls:?}");
-    assert_eq!(wq.stats().watchdog.stalls, 2);
+    let three: Vec<_> = stalls.iter().filter(|s| behind_three(s)).collect();
+    assert_eq!(three.len(), 1, "reported once: {stalls:?}");
+    assert_eq!(three[0].pool, wq.stats().pools[0].id);
+    let running = stalls
+        .iter()
+        .filter(|s| matches!(s.kind, StallKind::Running { .. }))
+        .count();
+    assert_eq!(running, 1, "the stuck item itself, once: {stalls:?}");
+    // On a loaded machine the first worker may take longer than the threshold to
+    // start: the blocker alone waited then, a stall of its own.
+    assert!(
+        stalls.iter().all(|s| behind_three(s)
+            || matches!(
+                s.kind,
+                StallKind::Running { .. } | StallKind::Pending { items: 1 }
+            )),
+        "{stalls:?}"
+    );
+    assert_eq!(wq.stats().watchdog.stalls, stalls.len() as u64);
 }
 
 #[test]
