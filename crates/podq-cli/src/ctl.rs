@@ -62,6 +62,17 @@ enum Action {
         /// Only this workqueue.
         wq: Option<String>,
     },
+    /// Print the state of every visible workqueue, or of one (the kernel's
+    /// `show_workqueue_state`): its pool_workqueues (in flight, inactive, plugged,
+    /// references), its running items (label, thread, for how long) and its pools
+    /// (workers, idle, worklist, how long without progress).
+    Dump {
+        /// Only this workqueue.
+        wq: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs `podq ctl`.
@@ -97,6 +108,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             Request::Stats { queue: wq.clone() },
             "read the stats".to_owned(),
         ),
+        Action::Dump { wq, .. } => (
+            Request::Dump { queue: wq.clone() },
+            "dump the workqueue state".to_owned(),
+        ),
     };
     let client = args.target.connect()?;
     let reply = args
@@ -131,6 +146,18 @@ pub fn run(args: CtlArgs) -> Result<()> {
             serde_json::to_writer_pretty(&mut out, &stats)?;
             writeln!(out)?;
             warn_failures(&stats);
+        }
+        Action::Dump { json, .. } => {
+            let dumps = reply.dump.context("the server's reply has no dump")?;
+            // Names and labels come from the process: each line escaped, lines kept.
+            let text = if json {
+                serde_json::to_string_pretty(&dumps)? + "\n"
+            } else {
+                dumps.iter().map(ToString::to_string).collect()
+            };
+            for line in text.lines() {
+                writeln!(out, "{}", escape_controls(line))?;
+            }
         }
         _ => {
             let value = reply.value.context("the server's reply has no value")?;

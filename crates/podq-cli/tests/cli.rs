@@ -405,6 +405,21 @@ fn ctl_and_monitor_drive_real_workqueues() {
         1,
     );
     assert!(err.contains("invalid value `-21` for nice"), "{err}");
+    let dump = ok(&["ctl", "--socket", sock, "dump", "cli_rt"]);
+    assert!(
+        dump.starts_with("workqueue cli_rt: max_active 1024 min_active 8, 0 in flight\n"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("\n  pwq on pool ") && dump.contains("\n  pool "),
+        "{dump}"
+    );
+    let json: Value =
+        serde_json::from_str(&ok(&["ctl", "--socket", sock, "dump", "--json"])).unwrap();
+    assert_eq!(json[0]["name"], "cli_rt");
+    assert_eq!(json[0]["in_flight"], 0);
+    let err = fails(&["ctl", "--socket", sock, "dump", "nope"], 1);
+    assert!(err.contains("unknown workqueue `nope`"), "{err}");
     let lines = ok(&[
         "monitor", "--socket", sock, "-i", "0.1", "--count", "1", "--json", "cli_rt",
     ]);

@@ -150,6 +150,25 @@ fn control_drives_real_workqueues() {
         assert_eq!(stats.totals.completed, 5);
     }
 
+    // State dumps, of one queue or of all visible ones.
+    let reply = call(&mut client, r#"{"cmd":"dump","queue":"rt_rpciod"}"#);
+    let dumps = reply.dump.unwrap();
+    assert_eq!(dumps.len(), 1);
+    assert_eq!(dumps[0].name, "rt_rpciod");
+    assert_eq!((dumps[0].max_active, dumps[0].min_active), (4, 4));
+    assert!(!dumps[0].pools.is_empty());
+    let reply = call(&mut client, r#"{"cmd":"dump"}"#);
+    let names: Vec<String> = reply.dump.unwrap().into_iter().map(|d| d.name).collect();
+    assert!(names.contains(&"rt_nfsiod".to_owned()), "{names:?}");
+    let reply = call(&mut client, r#"{"cmd":"dump","queue":"nope"}"#);
+    assert!(
+        reply
+            .error_text()
+            .unwrap()
+            .contains("unknown workqueue `nope`"),
+        "{reply:?}"
+    );
+
     // Hidden, then visible again.
     rpciod.hide();
     let visible = |client: &mut Client, name: &str| {

@@ -57,6 +57,13 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queue: Option<String>,
     },
+    /// `{"cmd":"dump"}` or `{"cmd":"dump","queue":Q}`: state dumps
+    /// ([`crate::Workqueue::dump`]).
+    Dump {
+        /// Only this workqueue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
+    },
 }
 
 impl Request {
@@ -133,6 +140,9 @@ pub struct Reply {
     /// Stats snapshots (`stats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Vec<WorkqueueStats>>,
+    /// State dumps (`dump`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump: Option<Vec<crate::WorkqueueDump>>,
     /// Live workqueues a `refresh` left on their pods, with the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_repodded: Option<Vec<LeftAlone>>,
@@ -205,6 +215,15 @@ impl Reply {
         Reply {
             ok: true,
             stats: Some(stats),
+            ..Reply::default()
+        }
+    }
+
+    /// A `dump` reply.
+    pub(crate) fn dumps(dumps: Vec<crate::WorkqueueDump>) -> Reply {
+        Reply {
+            ok: true,
+            dump: Some(dumps),
             ..Reply::default()
         }
     }

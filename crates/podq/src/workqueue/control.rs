@@ -77,4 +77,8 @@ impl ControlledQueue for WqHandle {
     fn stats(&self) -> WorkqueueStats {
         self.shared.stats_snapshot()
     }
+
+    fn dump(&self) -> crate::WorkqueueDump {
+        self.shared.dump()
+    }
 }
