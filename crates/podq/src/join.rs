@@ -20,7 +20,7 @@
 //! wake-up. Loom model: `loom_join_sees_the_result_or_is_woken`.
 //!
 //! Legend: A atomic; D owned by the thread whose `fetch_or` set `TAKEN`; O written by the
-//! closure's owner before `DONE`, then only by the handle; V guarded by
+//! closure's owner before `DONE`, then only by the handle; JW guarded by
 //! `Spawned::waiter`.
 
 use std::any::Any;
@@ -127,8 +127,10 @@ struct Spawned<F, T> {
     f: UnsafeCell<Option<F>>,
     /// O: the result.
     result: UnsafeCell<Option<Result<T, Panicked>>>,
-    /// V: the waiter.
+    /// JW: the waiter.
     waiter: Mutex<Waiter>,
+    /// I: the label [`crate::current`] reports while it runs.
+    label: Option<Arc<str>>,
 }
 
 // SAFETY: the closure is touched only by the one thread whose `fetch_or` set `TAKEN`
@@ -175,6 +177,7 @@ where
 {
     fn run(&self) -> Option<String> {
         let f = self.take_closure()?;
+        let _label = crate::current::Labelled::new(self.label.as_ref());
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(v) => {
                 self.complete(Ok(v));
@@ -329,11 +332,20 @@ impl<T> Future for JoinHandle<T> {
 pub(crate) fn pair<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (JoinHandle<T>, OnceTask) {
+    pair_named(None, f)
+}
+
+/// As [`pair`], the item labelled `label` ([`crate::current`]).
+pub(crate) fn pair_named<T: Send + 'static>(
+    label: Option<Arc<str>>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (JoinHandle<T>, OnceTask) {
     let spawned = Arc::new(Spawned {
         state: AtomicU32::new(0),
         f: UnsafeCell::new(Some(f)),
         result: UnsafeCell::new(None),
         waiter: Mutex::new(Waiter::None),
+        label,
     });
     let task: Arc<dyn RunOnce> = spawned.clone();
     (

@@ -19,20 +19,27 @@ mod apply;
 mod broadcast;
 mod builder;
 mod completions;
+mod congested;
 #[cfg(feature = "control")]
 mod control;
+mod dump;
 pub(crate) mod flush;
 mod min_active;
+mod named;
 mod node;
 pub(crate) mod refresh;
 mod registry;
+mod shutdown;
 mod teardown;
+pub(crate) mod watch;
 
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use completions::Completions;
+pub use dump::{PoolDump, PwqDump, RunningItem, WorkqueueDump};
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
+pub use shutdown::{Shutdown, Unfinished};
 
 use std::cell::Cell;
 use std::collections::VecDeque;
@@ -184,6 +191,10 @@ pub(crate) struct WqShared {
     panic_hook: Option<PanicHook>,
     /// I: its own error hook (`None`: the process-wide one).
     pub(crate) error_hook: Option<ErrorHook>,
+    /// I: how its pools and rescuer make threads.
+    pub(crate) threads: Arc<crate::threads::ThreadOptions>,
+    /// I (findings WD): its watchdog thresholds and what the watchdog found.
+    pub(crate) watch: crate::watchdog::WqWatch,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -736,6 +747,7 @@ impl WqShared {
             effective_scope,
             auto,
             totals: self.counters.snapshot(),
+            watchdog: self.watch.snapshot(),
             pools,
         }
     }

@@ -92,6 +92,7 @@ fn control_drives_real_workqueues() {
     );
     assert_eq!(rpciod.attrs().cpumask.to_list(), "0,2", "unchanged");
     assert_eq!(attrs.max_active, 2048);
+    assert_eq!(attrs.min_active, 8, "the default floor, min(max_active, 8)");
 
     // The runtime's own refusals come back with its reason (above); the parser's
     // before the runtime is asked.
@@ -102,6 +103,38 @@ fn control_drives_real_workqueues() {
     let err = reply.error_text().unwrap();
     assert!(err.contains("CPU 4 does not exist"), "{err}");
 
+    // min_active: live, checked by the parser (range) and by the runtime (against
+    // max_active), and lowered with max_active.
+    let set = |client: &mut Client, attr: &str, value: &str| {
+        let line =
+            format!(r#"{{"cmd":"set","queue":"rt_rpciod","attr":"{attr}","value":"{value}"}}"#);
+        call(client, &line)
+    };
+    assert_eq!(
+        set(&mut ctl.client, "min_active", "12"),
+        Reply::value("12".into())
+    );
+    assert_eq!(rpciod.attrs().min_active, 12);
+    let reply = set(&mut ctl.client, "min_active", "3000");
+    let err = reply.error_text().unwrap();
+    assert!(err.contains("invalid value `3000` for min_active"), "{err}");
+    assert_eq!(
+        set(&mut ctl.client, "max_active", "4"),
+        Reply::value("4".into())
+    );
+    let list = ctl.client.call(&Request::List).unwrap().queues.unwrap();
+    let rpc = list.iter().find(|q| q.name == "rt_rpciod").unwrap();
+    assert_eq!(
+        (rpc.max_active.as_str(), rpc.min_active.as_str()),
+        ("4", "4")
+    );
+    let reply = set(&mut ctl.client, "min_active", "5");
+    assert_eq!(
+        reply.error_text().unwrap(),
+        "cannot set min_active of rt_rpciod: invalid min_active 5: must be in 0..=4 (the max_active)"
+    );
+    assert_eq!(rpciod.attrs().min_active, 4, "unchanged");
+
     // Stats carry the queue's own totals.
     let reply = call(&mut ctl.client, r#"{"cmd":"stats","queue":"rt_rpciod"}"#);
     let stats = &reply.stats.unwrap()[0];
@@ -109,6 +142,25 @@ fn control_drives_real_workqueues() {
     if cfg!(feature = "stats") {
         assert_eq!(stats.totals.completed, 5);
     }
+
+    // State dumps, of one queue or of all visible ones.
+    let reply = call(&mut ctl.client, r#"{"cmd":"dump","queue":"rt_rpciod"}"#);
+    let dumps = reply.dump.unwrap();
+    assert_eq!(dumps.len(), 1);
+    assert_eq!(dumps[0].name, "rt_rpciod");
+    assert_eq!((dumps[0].max_active, dumps[0].min_active), (4, 4));
+    assert!(!dumps[0].pools.is_empty());
+    let reply = call(&mut ctl.client, r#"{"cmd":"dump"}"#);
+    let names: Vec<String> = reply.dump.unwrap().into_iter().map(|d| d.name).collect();
+    assert!(names.contains(&"rt_nfsiod".to_owned()), "{names:?}");
+    let reply = call(&mut ctl.client, r#"{"cmd":"dump","queue":"nope"}"#);
+    assert!(
+        reply
+            .error_text()
+            .unwrap()
+            .contains("unknown workqueue `nope`"),
+        "{reply:?}"
+    );
 
     // Hidden, then visible again.
     rpciod.hide();

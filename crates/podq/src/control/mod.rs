@@ -175,6 +175,18 @@ mod tests {
                 "max_active of workqueue `ordered_wq` is read-only",
             ),
             (
+                r#"{"cmd":"set","queue":"ordered_wq","attr":"min_active","value":"1"}"#,
+                "min_active of workqueue `ordered_wq` is read-only",
+            ),
+            (
+                r#"{"cmd":"set","queue":"rpciod","attr":"min_active","value":"300"}"#,
+                "cannot set min_active of rpciod: above max_active 256",
+            ),
+            (
+                r#"{"cmd":"set","queue":"rpciod","attr":"min_active","value":"-1"}"#,
+                "invalid value `-1` for min_active",
+            ),
+            (
                 r#"{"cmd":"set","queue":"rpciod","attr":"nice","value":"-7"}"#,
                 "cannot set nice of rpciod: the mock refuses -7",
             ),

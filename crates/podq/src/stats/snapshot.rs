@@ -201,6 +201,9 @@ pub struct WorkqueueStats {
     pub totals: Totals,
     /// The pools its current and retiring pool_workqueues use, by id.
     pub pools: Vec<PoolStats>,
+    /// What the stall watchdog found (stalls and long items).
+    #[serde(default)]
+    pub watchdog: crate::watchdog::WatchdogStats,
 }
 
 /// Snapshots of every live workqueue, in creation order.

@@ -25,9 +25,13 @@ pub(super) fn registry() -> &'static Mutex<Vec<Weak<WqShared>>> {
     WQS.get_or_init(|| Mutex::new(Vec::new()))
 }
 
-/// G: live pools by key, for sharing (taken under `config`, in `pool_for`).
-pub(super) fn pools() -> &'static Mutex<HashMap<PoolKey, Weak<Pool>>> {
-    static POOLS: OnceLock<Mutex<HashMap<PoolKey, Weak<Pool>>>> = OnceLock::new();
+/// Live pools by their key and their thread options' identity.
+pub(super) type PoolsByKey = HashMap<(PoolKey, u64), Weak<Pool>>;
+
+/// G: live pools by key and thread options (`ThreadOptions::id`), for sharing (taken
+/// under `config`, in `pool_for`).
+pub(super) fn pools() -> &'static Mutex<PoolsByKey> {
+    static POOLS: OnceLock<Mutex<PoolsByKey>> = OnceLock::new();
     POOLS.get_or_init(|| Mutex::new(HashMap::new()))
 }
 
