@@ -13,7 +13,7 @@ pub(crate) use state::{Start, WorkState, PENDING};
 use state::{MAX_DISABLE_DEPTH, RUNNING};
 
 use crate::workqueue::flush::Colour;
-use crate::workqueue::Pwq;
+use crate::workqueue::PwqRef;
 use crate::Error;
 use std::sync::Arc;
 
@@ -241,9 +241,9 @@ pub(crate) enum Task {
     Once(crate::join::OnceTask),
 }
 
-/// One queued item: what to run and the accounting it carries. Holding the pwq keeps
-/// it (and its pool) alive while the item is anywhere in flight, as the kernel's
-/// `get_pwq`.
+/// One queued item: what to run and the accounting it carries. Its count in the pwq's
+/// in-flight word keeps the pwq (and its pool) alive while the item is anywhere in
+/// flight, as the kernel's `get_pwq` ([`PwqRef`]).
 pub(crate) struct Entry {
     pub(crate) task: Task,
     pub(crate) meta: EntryMeta,
@@ -251,7 +251,7 @@ pub(crate) struct Entry {
 
 /// The accounting part of an [`Entry`].
 pub(crate) struct EntryMeta {
-    pub(crate) pwq: Arc<Pwq>,
+    pub(crate) pwq: PwqRef,
     /// Flush colour (see `workqueue/flush.rs`).
     pub(crate) colour: Colour,
     /// The CPU of the queueing thread, in the workqueue's topology.
