@@ -8,7 +8,7 @@
 //! `d` (`watchdog.rs` turns that into durations).
 //!
 //! Legend: A atomic (ordering and pair named at each field); W thread-private;
-//! G guarded by `BEATS` (a leaf lock); V guarded by `Beat::label` (a leaf lock, taken
+//! G guarded by `BEATS` (a leaf lock); BL guarded by `Beat::label` (a leaf lock, taken
 //! only for labelled items).
 
 use std::cell::RefCell;
@@ -27,7 +27,7 @@ pub(crate) struct Beat {
     wq: AtomicU64,
     /// A: the id of the pool whose worker runs it (written before `word`, `Relaxed`).
     pool: AtomicU64,
-    /// V: the running item's label, if it has one.
+    /// BL: the running item's label, if it has one.
     label: Mutex<Option<Arc<str>>>,
     /// I: the thread's name.
     pub(crate) thread: String,

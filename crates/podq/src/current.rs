@@ -11,8 +11,8 @@ use crate::workqueue::WqShared;
 
 thread_local! {
     /// W: the workqueue and pool of the item this thread runs (null: none). Set by
-    /// [`Running`] for exactly one run, during which the worker holds the item's pwq,
-    /// and so the workqueue.
+    /// [`Running`] for exactly one run, during which the item's pwq, and so the
+    /// workqueue, stays alive.
     static WQ: Cell<(*const WqShared, u64)> = const { Cell::new((ptr::null(), 0)) };
     /// W: the label of the item this thread runs ([`crate::Work::named`]).
     static LABEL: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
@@ -46,8 +46,9 @@ pub fn current() -> Option<Current> {
         return None;
     }
     // SAFETY: `WQ` is non-null only between `Running::new` and its drop on this
-    // thread, which bracket one run; the worker holds the item's pwq (and through it
-    // the workqueue) for the whole run, and `current` runs inside it.
+    // thread, which bracket one run; for the whole run the item is counted in its
+    // pwq's in-flight word, which keeps the pwq (and its `Arc` of the workqueue)
+    // alive, and `current` runs inside it.
     let workqueue = unsafe { &*wq }.name.clone();
     Some(Current {
         workqueue,

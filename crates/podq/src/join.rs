@@ -20,7 +20,7 @@
 //! wake-up. Loom model: `loom_join_sees_the_result_or_is_woken`.
 //!
 //! Legend: A atomic; D owned by the thread whose `fetch_or` set `TAKEN`; O written by the
-//! closure's owner before `DONE`, then only by the handle; JW guarded by
+//! closure's owner before `DONE`, then only by the handle; V guarded by
 //! `Spawned::waiter`.
 
 use std::any::Any;
@@ -128,7 +128,7 @@ struct Spawned<F, T> {
     /// O: the result (a panic boxed, so that the block stays small for the usual
     /// case).
     result: UnsafeCell<Option<Result<T, Box<Panicked>>>>,
-    /// JW: the waiter.
+    /// V: the waiter.
     waiter: Mutex<Waiter>,
     /// I: the label [`crate::current`] reports while it runs.
     label: Option<Arc<str>>,

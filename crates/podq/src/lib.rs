@@ -64,7 +64,7 @@
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
 //! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats) | `workqueue`, `busy` |
 //! | WD | the watchdog's own mutexes (`WqWatch::found`, its remembered state) | `watchdog` |
-//! | V | a worker beat's label `Beat::label` | `busy` |
+//! | BL | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
 //! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
 //! | J | `PoolCore::joins` | `pool` |
@@ -77,7 +77,7 @@
 //! | C | a work item's waiters (with its condvar) | `work::state` |
 //! | D | a spawned item's closure, owned by the thread that claimed it | `join` |
 //! | O | a spawned item's result, written before its `DONE` bit, then the handle's | `join` |
-//! | JW | a spawned item's waiter `Spawned::waiter` | `join` |
+//! | V | a spawned item's waiter `Spawned::waiter` | `join` |
 //! | Z | `FlushDomain::serial` (one flusher at a time) | `workqueue::flush` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
 //! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |
@@ -94,8 +94,9 @@
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
-//! leaves: G live workqueues, G topology ids, G worker beats, V beat labels, WD watchdog findings, J joins, R stats workers, X timer,
-//!         H handoff, C waiters, JW a spawned item's waiter, E hooks, Y auto sampler,
+//! leaves: G live workqueues, G topology ids, G worker beats, BL beat labels, WD watchdog
+//!         findings and state, J joins, R stats workers, X timer,
+//!         H handoff, C waiters, V a spawned item's waiter, E hooks, Y auto sampler,
 //!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
 //! ```
