@@ -802,42 +802,54 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
                     format!("{:.1}%", t.accepted as f64 * 100.0 / t.calls as f64)
                 }
             });
-            vec![
+            let mut row = vec![
                 r.system.clone(),
                 label(r),
                 human_rate(r.items_per_sec),
                 spread(r, |x| x.items_per_sec, human_rate),
-                t.map_or("-".to_owned(), |t| human_rate(t.runs as f64 / r.seconds)),
-                t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
-                share,
-                format!("{:.3}s", r.seconds),
-            ]
+            ];
+            if test == "throughput_work" {
+                row.extend([
+                    t.map_or("-".to_owned(), |t| human_rate(t.accepted_per_sec)),
+                    spread(r, |x| x.accepted_per_sec.unwrap_or(0.0), human_rate),
+                    t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
+                    spread(r, |x| x.calls_per_sec.unwrap_or(0.0), human_rate),
+                    share,
+                ]);
+            }
+            row.push(format!("{:.3}s", r.seconds));
+            row
         })
         .collect();
-    let what = if test == "throughput_spawn" {
-        "one-shot tiny closures, handles dropped; items = runs".to_owned()
+    let (what, head): (String, &[&str]) = if test == "throughput_spawn" {
+        (
+            "one-shot tiny closures, handles dropped".to_owned(),
+            &["system", "scope", "runs/s", "rounds min … max", "wall"],
+        )
     } else {
-        format!(
-            "each cycling through {works} re-queued items; podq coalesces calls on pending ones; items = calls handled"
+        (
+            format!(
+                "each re-queueing {works} items until the runs are counted; a call on an item \
+                 not yet running is coalesced (podq's PENDING; a flag per item for the peers)"
+            ),
+            &[
+                "system",
+                "scope",
+                "runs/s",
+                "rounds min … max",
+                "accepted/s",
+                "rounds min … max",
+                "calls/s",
+                "rounds min … max",
+                "accepted",
+                "wall",
+            ],
         )
     };
     format!(
         "\n{test}: {} producer(s), open loop, {what}\n{}",
         results.first().map_or(0, |r| r.producers),
-        report::table(
-            &[
-                "system",
-                "scope",
-                "items/s",
-                "rounds min … max",
-                "runs/s",
-                "calls/s",
-                "accepted",
-                "wall"
-            ],
-            &rows,
-            2
-        )
+        report::table(head, &rows, 2)
     )
 }
 

@@ -862,6 +862,8 @@ mod tests {
             p50_ns: 2_000,
             p99_ns: 9_000,
             mb_per_sec: None,
+            accepted_per_sec: None,
+            calls_per_sec: None,
         };
         RunResult {
             test,

@@ -131,6 +131,10 @@ impl Queue for PodqQueue {
     fn totals(&self) -> Option<podq::stats::Totals> {
         Some(self.wq.stats().totals)
     }
+
+    fn coalesces(&self) -> bool {
+        true
+    }
 }
 
 struct PodqItem {

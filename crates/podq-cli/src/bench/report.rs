@@ -14,8 +14,10 @@ use serde::Serialize;
 use super::alloc_model::AllocCounts;
 use super::system::PoolLockCounts;
 
-/// The schema version; bumped when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version; bumped when a field changes meaning or disappears (2:
+/// `throughput_work` counts runs in `items`, and its producers stop after a number of
+/// runs instead of a number of calls).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Percentiles fio prints for `clat`.
 pub const FIO_PERCENTILES: [f64; 17] = [
@@ -123,6 +125,10 @@ pub struct Round {
     pub p99_ns: u64,
     /// `completion` only: the round's MB/s.
     pub mb_per_sec: Option<f64>,
+    /// `throughput_*` only: the round's accepted calls per second (over `seconds`).
+    pub accepted_per_sec: Option<f64>,
+    /// `throughput_*` only: the round's calls per second while submitting.
+    pub calls_per_sec: Option<f64>,
 }
 
 /// The `completion` workload's extra measurements.

@@ -151,6 +151,12 @@ pub trait Queue: Send + Sync {
     fn totals(&self) -> Option<podq::stats::Totals> {
         None
     }
+
+    /// Whether a prepared item coalesces a submit with a run still pending (podq's
+    /// PENDING bit); the `throughput` workload adds that rule to systems without it.
+    fn coalesces(&self) -> bool {
+        false
+    }
 }
 
 /// A prepared item.

@@ -95,6 +95,8 @@ impl Sample {
             p50_ns: self.latency.value_at_quantile(0.5),
             p99_ns: self.latency.value_at_quantile(0.99),
             mb_per_sec: self.completion.as_ref().map(|c| c.mb_per_sec),
+            accepted_per_sec: self.throughput.as_ref().map(|t| t.accepted_per_sec),
+            calls_per_sec: self.throughput.as_ref().map(|t| t.calls_per_sec),
         }
     }
 

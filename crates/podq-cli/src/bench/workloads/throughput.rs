@@ -1,23 +1,30 @@
 //! `throughput`: open loop. One producer pinned to each usable CPU (or `--producers`),
-//! released together, submits its items as fast as it can without waiting for any of
-//! them; the run lasts until the last item ran. Two modes:
+//! released together, submits as fast as it can without waiting for any item. Two
+//! modes:
 //!
-//! - `spawn`: a one-shot tiny closure per item through each system's spawn-like API,
-//!   the handle (if any) dropped at once;
-//! - `work`: each producer cycles through `works` prepared items and makes `items`
-//!   submit calls. podq coalesces a queue call on a still-pending `Work` (it returns
-//!   false: the run it asks for is the pending one), so calls, accepted calls and runs
-//!   are counted apart, and the result's rate is calls handled per second (each call
-//!   either queued a run or joined a pending one); peers accept every call. (Making
-//!   producers spin until `items` calls are accepted instead measures the scheduler:
-//!   spinning producers hold both CPUs and workers run one batch per time slice.)
+//! - `spawn`: each producer submits `items` one-shot tiny closures through each
+//!   system's spawn-like API, the handle (if any) dropped at once; the run lasts until
+//!   the last one ran.
+//! - `work`: each producer cycles through `works` prepared items, re-queueing them,
+//!   until the driver has counted `items` runs per producer; then the producers stop
+//!   and the run lasts until every accepted call ran. A call on an item whose previous
+//!   call has not started running yet is coalesced with it (it returns false), so the
+//!   items in flight never exceed `works` per producer, and runs, accepted calls and
+//!   calls are counted apart. podq does this itself (a `Work`'s PENDING bit); for the
+//!   peers, which accept every call, the benchmark adds the same rule around their
+//!   submit, as a user of a channel pool would write it: a flag per item, set by the
+//!   call that queues it (`swap`), cleared by the worker just before the item runs.
+//!   The comparison is then between executors that do the same thing per run.
 //!
 //! A tiny item bumps a counter owned by the thread that runs it (a load and a store on
 //! that thread's own cache line), so the items themselves share nothing: what is
 //! measured is the executor's hand-off.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Relaxed},
+};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -36,7 +43,7 @@ const WARMUP_ITEMS: u64 = 2_000;
 /// within this much (plus the sleep's overshoot): under 1% of a run of 0.1 s or more.
 const POLL: Duration = Duration::from_micros(200);
 
-/// Items per producer when `--items` is not given.
+/// Items per producer when `--items` is not given: spawns in `spawn`, runs in `work`.
 pub const DEFAULT_ITEMS: u64 = 500_000;
 
 /// Items per producer in the `work` mode when `--works` is not given.
@@ -57,7 +64,8 @@ pub enum Mode {
 pub struct ThroughputParams {
     /// Producer count; `None`: one per usable CPU of the topology.
     pub producers: Option<usize>,
-    /// Submit calls per producer per run.
+    /// `spawn`: spawns per producer per run; `work`: runs per producer after which the
+    /// producers stop.
     pub items: u64,
     /// The mode.
     pub mode: Mode,
@@ -83,7 +91,8 @@ pub struct ThroughputDetail {
     pub calls: u64,
     /// Calls that queued a run (`spawn` and peers: all).
     pub accepted: u64,
-    /// Runs of the item function (equals `accepted`).
+    /// Runs of the item function, counted by the items (equals `accepted`: the run
+    /// ends once every accepted call ran).
     pub runs: u64,
     /// Time until the last producer made its last call, seconds (summed over rounds).
     pub submit_seconds: f64,
@@ -180,13 +189,22 @@ pub fn run(
     // start the measured phase.
     let warmed = Barrier::new(cpus.len() + 1);
     let go = Barrier::new(cpus.len() + 1);
+    // `work`: raised once enough runs were counted; the producers then stop calling.
+    let stop = AtomicBool::new(false);
+    // Producers that returned, so that the driver never waits for runs of producers
+    // that failed.
+    let finished = AtomicUsize::new(0);
     let base = tally::total();
-    let (outcomes, seconds, submit_seconds, locks_before) = std::thread::scope(|s| {
+    let (outcomes, seconds, submit_seconds, runs, locks_before) = std::thread::scope(|s| {
         let handles: Vec<_> = cpus
             .iter()
             .map(|&vcpu| {
-                let (queue, warmed, go) = (&*queue, &warmed, &go);
-                s.spawn(move || producer(system, queue, map, vcpu, params, warmed, go))
+                let (queue, warmed, go, stop, finished) = (&*queue, &warmed, &go, &stop, &finished);
+                s.spawn(move || {
+                    let outcome = producer(system, queue, map, vcpu, params, warmed, go, stop);
+                    finished.fetch_add(1, Relaxed);
+                    outcome
+                })
             })
             .collect();
         warmed.wait();
@@ -195,42 +213,45 @@ pub fn run(
         let locks_before = queue.lock_counts();
         go.wait();
         let start = Instant::now();
-        let outcomes: Vec<Result<(u64, u64, Duration)>> = handles
+        if params.mode == Mode::Work {
+            let target = before + params.items * producers;
+            while tally::total() < target && finished.load(Relaxed) < cpus.len() {
+                std::thread::sleep(POLL);
+            }
+            stop.store(true, Relaxed);
+        }
+        let outcomes: Vec<Result<Outcome>> = handles
             .into_iter()
             .map(|h| h.join().expect("producer threads do not panic"))
             .collect();
-        let accepted: u64 = outcomes.iter().flatten().map(|o| o.1).sum();
+        let accepted: u64 = outcomes.iter().flatten().map(|o| o.accepted).sum();
         let submit_seconds = outcomes
             .iter()
             .flatten()
-            .map(|o| o.2.as_secs_f64())
+            .map(|o| o.elapsed.as_secs_f64())
             .fold(0.0, f64::max);
         if outcomes.iter().all(Result::is_ok) {
             tally::wait_for(before + accepted);
         }
         let seconds = start.elapsed().as_secs_f64();
-        (outcomes, seconds, submit_seconds, locks_before)
+        let runs = tally::total() - before;
+        (outcomes, seconds, submit_seconds, runs, locks_before)
     });
     let mut calls = 0;
     let mut accepted = 0;
     for outcome in outcomes {
-        let (c, a, _) = outcome?;
-        calls += c;
-        accepted += a;
+        let o = outcome?;
+        calls += o.calls;
+        accepted += o.accepted;
     }
     let mut sample = empty_sample();
     sample.seconds = seconds;
-    // Items handled: runs for spawn; calls for work (coalesced calls are handled by
-    // the pending run they joined).
-    sample.items = match params.mode {
-        Mode::Spawn => accepted,
-        Mode::Work => calls,
-    };
+    sample.items = runs;
     sample.throughput = Some(ThroughputDetail {
         mode: params.mode,
         calls,
         accepted,
-        runs: accepted,
+        runs,
         submit_seconds,
         calls_per_sec: rate(calls, submit_seconds),
         accepted_per_sec: rate(accepted, seconds),
@@ -242,8 +263,48 @@ pub fn run(
     Ok(sample)
 }
 
-/// One producer: warm-up, then the measured calls. Returns calls, accepted calls and
-/// the time from the start to its last call.
+/// What one producer did in the measured phase.
+struct Outcome {
+    calls: u64,
+    accepted: u64,
+    /// From the start to its last call.
+    elapsed: Duration,
+}
+
+/// A peer's prepared item with podq's PENDING rule added: a call while the previous
+/// one has not started running is coalesced with it.
+struct Coalescing {
+    pending: Arc<AtomicBool>,
+    item: Box<dyn Item>,
+}
+
+impl Coalescing {
+    fn new(queue: &dyn Queue) -> Coalescing {
+        let pending = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&pending);
+        let item = queue.prepare(Arc::new(move || {
+            // AcqRel: acquires the writes of every call coalesced into this run (their
+            // swaps form a release sequence with the one that queued it), and releases
+            // to the next call that queues.
+            flag.swap(false, AcqRel);
+            tally::bump();
+        }));
+        Coalescing { pending, item }
+    }
+}
+
+impl Item for Coalescing {
+    fn submit(&self) -> bool {
+        // AcqRel pairs with the worker's clearing swap above.
+        if self.pending.swap(true, AcqRel) {
+            return false;
+        }
+        self.item.submit()
+    }
+}
+
+/// One producer: warm-up, then the measured calls.
+#[allow(clippy::too_many_arguments)]
 fn producer(
     system: &dyn System,
     queue: &dyn Queue,
@@ -252,12 +313,16 @@ fn producer(
     params: &ThroughputParams,
     warmed: &Barrier,
     go: &Barrier,
-) -> Result<(u64, u64, Duration)> {
+    stop: &AtomicBool,
+) -> Result<Outcome> {
     let pinned = map.pin_current(vcpu);
     let works: Vec<Box<dyn Item>> = match params.mode {
         Mode::Spawn => Vec::new(),
-        Mode::Work => (0..params.works.max(1))
+        Mode::Work if queue.coalesces() => (0..params.works.max(1))
             .map(|_| queue.prepare(Arc::new(tally::bump)))
+            .collect(),
+        Mode::Work => (0..params.works.max(1))
+            .map(|_| Box::new(Coalescing::new(queue)) as Box<dyn Item>)
             .collect(),
     };
     if pinned.is_ok() {
@@ -274,19 +339,30 @@ fn producer(
     go.wait();
     pinned?;
     let start = Instant::now();
-    let mut accepted = 0;
-    match params.mode {
+    let (calls, accepted) = match params.mode {
         Mode::Spawn => {
             for seq in 0..params.items {
                 queue.spawn_tiny(seq);
             }
-            accepted = params.items;
+            (params.items, params.items)
         }
         Mode::Work => {
-            for (_, work) in (0..params.items).zip(works.iter().cycle()) {
-                accepted += u64::from(work.submit());
+            let (mut calls, mut accepted) = (0, 0);
+            'calls: loop {
+                for work in &works {
+                    if stop.load(Relaxed) {
+                        break 'calls;
+                    }
+                    calls += 1;
+                    accepted += u64::from(work.submit());
+                }
             }
+            (calls, accepted)
         }
-    }
-    Ok((params.items, accepted, start.elapsed()))
+    };
+    Ok(Outcome {
+        calls,
+        accepted,
+        elapsed: start.elapsed(),
+    })
 }
