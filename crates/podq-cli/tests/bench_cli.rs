@@ -183,6 +183,50 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
 }
 
 #[test]
+fn scale_workload_runs_each_pod_count_on_its_own_fake_topology() {
+    let report = json_of(
+        &[
+            &["bench", "scale", "--pods", "1,8", "--strict", "off"][..],
+            &["--items", "100", "--rounds", "2", "--json", "-"],
+        ]
+        .concat(),
+    );
+    let results = results(&report, "scale");
+    assert_eq!(results.len(), 2);
+    let real = report["topology"]["real_cpus"].as_array().unwrap().len() as u64;
+    for (r, pods) in results.iter().zip([1u64, 8]) {
+        assert_eq!(r["test"], "scale");
+        assert_eq!(r["scope"], "cpu");
+        let t = &r["throughput"];
+        assert_eq!(t["pods"]["pods"], pods, "{r}");
+        assert_eq!(t["pods"]["topology"], format!("fake:1s{pods}c1t"));
+        // At least one producer per real CPU; the 100 x real items of a run are
+        // shared among them (rounded up), every one ran, in each of the 2 rounds.
+        let producers = pods.max(real);
+        assert_eq!(r["producers"], producers, "{r}");
+        let per_round = (100 * real).div_ceil(producers) * producers;
+        assert_eq!(r["items"], 2 * per_round, "{r}");
+        assert_eq!(r["rounds"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn scale_workload_refuses_what_it_cannot_run() {
+    for (args, needle) in [
+        (&["bench", "scale", "--pods", "0"][..], "--pods 0"),
+        (&["bench", "scale", "--pods", "2000"], "--pods 2000"),
+        (&["bench", "scale", "--systems", "rayon"], "peers"),
+        (&["bench", "scale", "--scopes", "smt"], "cpu scope"),
+        (&["bench", "scale", "--synthetic", "1s2c1t"], "--topology"),
+    ] {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
 fn completion_workload_on_a_fake_two_node_topology() {
     let report = json_of(
         &[

@@ -51,6 +51,9 @@ pub enum Workload {
     Throughput,
     /// `queue`, `latency` and `throughput` on podq and every peer executor, with ratios.
     Peers,
+    /// Open-loop spawn on fake topologies of 1, 8, 64 and 256 `cpu`-scope pods
+    /// (`--pods`) mapped onto the real CPUs: what more pools cost.
+    Scale,
 }
 
 /// `--strict`.
@@ -124,6 +127,10 @@ pub struct BenchArgs {
     /// `queue`, `throughput`: producer threads [default: one per usable CPU].
     #[arg(long)]
     pub producers: Option<usize>,
+    /// `scale`: pod counts to run, comma-separated, each 1 to 1024 (a fake topology of
+    /// that many single-CPU pods, one producer per pod).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 8, 64, 256])]
+    pub pods: Vec<usize>,
     /// `throughput`: prepared items each producer cycles through in the re-queue mode.
     #[arg(long, default_value_t = throughput::DEFAULT_WORKS)]
     pub works: usize,
@@ -452,7 +459,61 @@ fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
     Ok(systems)
 }
 
+/// The most pods `--pods` takes: each needs a producer thread and a worker.
+pub const MAX_SCALE_PODS: usize = 1024;
+
+/// `scale`: one case per `--pods` value, each podq on its own fake topology on the
+/// `cpu` scope, sharing `--items` x real CPUs spawns per run among one producer per pod.
+fn scale_cases(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Case>> {
+    if !args.scopes.is_empty() && args.scopes != [Scope::Cpu] {
+        return Err(usage(
+            "scale runs the cpu scope (one pod per virtual CPU); drop --scopes",
+        ));
+    }
+    if args.systems.iter().any(|s| s != "podq") {
+        return Err(usage(
+            "scale measures podq's pools; peers have none (drop --systems)",
+        ));
+    }
+    if args.topology != "live" || args.synthetic.is_some() || args.sysfs_root.is_some() {
+        return Err(usage(
+            "scale builds its own fake topologies (--pods); drop --topology",
+        ));
+    }
+    if let Some(&bad) = args
+        .pods
+        .iter()
+        .find(|&&n| !(1..=MAX_SCALE_PODS).contains(&n))
+    {
+        return Err(usage(format!(
+            "--pods {bad} is out of range 1..={MAX_SCALE_PODS}"
+        )));
+    }
+    let total = args.items.unwrap_or(throughput::DEFAULT_ITEMS) * map.real_cpus().len() as u64;
+    let mut cases = Vec::new();
+    for &pods in &args.pods {
+        let params = throughput::ScaleParams::new(pods, total)?;
+        let system: Arc<dyn System> = Arc::new(podq_system::Podq::new(
+            params.map.topology().clone(),
+            args.auto_window,
+            auto_config(args)?,
+        ));
+        let params = Arc::new(params);
+        for config in system.configs(&[Scope::Cpu], &args.strict.values()) {
+            cases.push(Case {
+                system: Arc::clone(&system),
+                config,
+                test: Test::Scale(Arc::clone(&params)),
+            });
+        }
+    }
+    Ok(cases)
+}
+
 fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Result<Vec<Case>> {
+    if args.workload == Workload::Scale {
+        return scale_cases(args, map);
+    }
     let scopes = scopes_or_all(&args.scopes);
     let strict = args.strict.values();
     if let Some(cpu) = args.cpu {
@@ -476,6 +537,7 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
             items: args.items.unwrap_or(throughput::DEFAULT_ITEMS),
             mode,
             works: args.works,
+            spread_real: false,
         })
     };
     let tests = match args.workload {
@@ -491,6 +553,7 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
             throughput(throughput::Mode::Work),
         ],
         Workload::Queue => vec![queue],
+        Workload::Scale => unreachable!("scale cases are built by scale_cases"),
         Workload::Latency => vec![latency],
         Workload::Completion => {
             let count = args.cq.unwrap_or(map.vcpus().len());
@@ -605,6 +668,10 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
 
 fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     let per_run = match length {
+        _ if args.workload == Workload::Scale => format!(
+            "{} items per real CPU per run, shared by one producer per pod",
+            args.items.unwrap_or(throughput::DEFAULT_ITEMS)
+        ),
         _ if args.workload == Workload::Throughput => format!(
             "{} items per producer per run",
             args.items.unwrap_or(throughput::DEFAULT_ITEMS)
@@ -654,6 +721,10 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         if !rows.is_empty() {
             out.push_str(&throughput_table(test, &rows, args.works));
         }
+    }
+    let scale = of("scale");
+    if !scale.is_empty() {
+        out.push_str(&scale_table(&scale));
     }
     let completion = of("completion");
     if !completion.is_empty() {
@@ -850,6 +921,51 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
         "\n{test}: {} producer(s), open loop, {what}\n{}",
         results.first().map_or(0, |r| r.producers),
         report::table(head, &rows, 2)
+    )
+}
+
+fn scale_table(results: &[&RunResult]) -> String {
+    let pods = |r: &RunResult| {
+        r.throughput
+            .as_ref()
+            .and_then(|t| t.pods.as_ref())
+            .map_or(0, |p| p.pods)
+    };
+    // Each strictness is compared with its own run on the fewest pods.
+    let fewest = |strict: Option<bool>| {
+        results
+            .iter()
+            .filter(|r| r.strict == strict)
+            .min_by_key(|r| pods(r))
+    };
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let base = fewest(r.strict);
+            vec![
+                pods(r).to_string(),
+                label(r),
+                r.producers.to_string(),
+                human_rate(r.items_per_sec),
+                spread(r, |x| x.items_per_sec, human_rate),
+                base.map_or("-".to_owned(), |b| {
+                    format!(
+                        "{:+.1}% (vs {})",
+                        (r.items_per_sec / b.items_per_sec - 1.0) * 100.0,
+                        pods(b)
+                    )
+                }),
+                format!("{:.3}s", r.seconds),
+            ]
+        })
+        .collect();
+    format!(
+        "\nscale: podq, open-loop spawn, one producer per pod (fake:1sNc1t, virtual CPUs on the real ones)\n{}",
+        report::table(
+            &["pods", "scope", "producers", "runs/s", "rounds min … max", "change", "wall"],
+            &rows,
+            3
+        )
     )
 }
 

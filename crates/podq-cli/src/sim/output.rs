@@ -188,6 +188,7 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
         submit_seconds: seconds,
         calls_per_sec: rate(seg.hists.queue.len()),
         accepted_per_sec: rate(seg.hists.queue.len()),
+        pods: None,
     });
     RunResult {
         test: test_name(w),

@@ -37,6 +37,8 @@ pub enum Test {
     Completion(Arc<completion::CompletionParams>),
     /// Open loop: producers submit as fast as they can.
     Throughput(throughput::ThroughputParams),
+    /// Open-loop spawn on a fake topology of its own (the `scale` workload).
+    Scale(Arc<throughput::ScaleParams>),
 }
 
 impl Test {
@@ -49,6 +51,7 @@ impl Test {
                 throughput::Mode::Spawn => "throughput_spawn",
                 throughput::Mode::Work => "throughput_work",
             },
+            Test::Scale(_) => "scale",
         }
     }
 }
@@ -205,6 +208,7 @@ fn producers_of(test: &Test, map: &CpuMap) -> usize {
         Test::Latency(_) => 1,
         Test::Completion(p) => p.producer_cpus.len(),
         Test::Throughput(p) => p.producer_cpus(map).len(),
+        Test::Scale(p) => p.throughput.producer_cpus(&p.map).len(),
     }
 }
 
@@ -226,6 +230,7 @@ fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>>
         )?]),
         Test::Completion(p) => completion::run(&*case.system, case.config, map, p, length),
         Test::Throughput(p) => Ok(vec![throughput::run(&*case.system, case.config, map, p)?]),
+        Test::Scale(p) => Ok(vec![throughput::run_scale(&*case.system, case.config, p)?]),
     }
 }
 

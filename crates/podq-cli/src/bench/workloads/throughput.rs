@@ -32,7 +32,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{empty_sample, Sample};
-use crate::bench::system::placement::CpuMap;
+use crate::bench::system::placement::{self, CpuMap};
 use crate::bench::system::{Item, Queue, QueueConfig, System};
 
 /// Items each producer submits (and waits for) before the clock starts, so workers
@@ -71,6 +71,9 @@ pub struct ThroughputParams {
     pub mode: Mode,
     /// `work` mode: prepared items each producer cycles through.
     pub works: usize,
+    /// Pin producer *i* to the *i*-th real CPU (round robin) whatever its virtual CPU,
+    /// so that a topology with fewer virtual than real CPUs still uses them all.
+    pub spread_real: bool,
 }
 
 impl ThroughputParams {
@@ -80,10 +83,27 @@ impl ThroughputParams {
         let n = self.producers.unwrap_or(vcpus.len());
         vcpus.iter().copied().cycle().take(n).collect()
     }
+
+    /// Each producer's virtual CPU and the real CPU it is pinned to.
+    fn producer_pins(&self, map: &CpuMap) -> Vec<(usize, usize)> {
+        let real = map.real_cpus();
+        self.producer_cpus(map)
+            .into_iter()
+            .enumerate()
+            .map(|(i, vcpu)| {
+                let cpu = if self.spread_real {
+                    real[i % real.len()]
+                } else {
+                    map.real_of(vcpu)
+                };
+                (vcpu, cpu)
+            })
+            .collect()
+    }
 }
 
 /// The `throughput` results beyond items/s.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct ThroughputDetail {
     /// `spawn` or `work`.
     pub mode: Mode,
@@ -100,6 +120,17 @@ pub struct ThroughputDetail {
     pub calls_per_sec: f64,
     /// `accepted / seconds`: accepted calls over the whole run.
     pub accepted_per_sec: f64,
+    /// `scale` only: the topology this result ran on and its `cpu`-scope pods.
+    pub pods: Option<ScalePods>,
+}
+
+/// The fake topology of one `scale` result.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScalePods {
+    /// `fake:SHAPE`.
+    pub topology: String,
+    /// Pods of the `cpu` scope (one per virtual CPU).
+    pub pods: usize,
 }
 
 impl ThroughputDetail {
@@ -175,6 +206,54 @@ pub fn tiny(seq: u64) {
     tally::bump();
 }
 
+/// One shape of the `scale` workload: open-loop spawn with one producer per virtual
+/// CPU (at least one per real CPU, pinned round robin) of a fake topology whose `cpu`
+/// scope has one pod per CPU.
+#[derive(Debug)]
+pub struct ScaleParams {
+    /// The test, with spawns per producer such that every shape runs the same total.
+    pub throughput: ThroughputParams,
+    /// `fake:SHAPE`.
+    pub spec: String,
+    /// The fake topology's CPUs mapped onto the real ones.
+    pub map: CpuMap,
+}
+
+impl ScaleParams {
+    /// `pods` single-CPU pods (`fake:1s{pods}c1t`), `total` spawns per run shared by one
+    /// producer per pod, at least one per real CPU (rounded up to a multiple of the
+    /// producers).
+    pub fn new(pods: usize, total: u64) -> Result<ScaleParams> {
+        let spec = format!("fake:1s{pods}c1t");
+        let map = CpuMap::new(crate::bench::topo::load(&spec)?)?;
+        // At least one producer per real CPU, so that every shape keeps them all busy.
+        let producers = pods.max(map.real_cpus().len());
+        Ok(ScaleParams {
+            throughput: ThroughputParams {
+                producers: Some(producers),
+                items: total.div_ceil(producers as u64).max(1),
+                mode: Mode::Spawn,
+                works: DEFAULT_WORKS,
+                spread_real: true,
+            },
+            spec,
+            map,
+        })
+    }
+}
+
+/// Runs one `scale` shape once.
+pub fn run_scale(system: &dyn System, config: QueueConfig, params: &ScaleParams) -> Result<Sample> {
+    let mut sample = run(system, config, &params.map, &params.throughput)?;
+    if let Some(t) = sample.throughput.as_mut() {
+        t.pods = Some(ScalePods {
+            topology: params.spec.clone(),
+            pods: params.map.vcpus().len(),
+        });
+    }
+    Ok(sample)
+}
+
 /// Runs the test once.
 pub fn run(
     system: &dyn System,
@@ -183,7 +262,7 @@ pub fn run(
     params: &ThroughputParams,
 ) -> Result<Sample> {
     let queue = system.new_queue("bench_throughput", config)?;
-    let cpus = params.producer_cpus(map);
+    let cpus = params.producer_pins(map);
     let producers = cpus.len() as u64;
     // Released twice: after the warm-up (the driver then waits for its runs), and to
     // start the measured phase.
@@ -198,10 +277,10 @@ pub fn run(
     let (outcomes, seconds, submit_seconds, runs, locks_before) = std::thread::scope(|s| {
         let handles: Vec<_> = cpus
             .iter()
-            .map(|&vcpu| {
+            .map(|&pin| {
                 let (queue, warmed, go, stop, finished) = (&*queue, &warmed, &go, &stop, &finished);
                 s.spawn(move || {
-                    let outcome = producer(system, queue, map, vcpu, params, warmed, go, stop);
+                    let outcome = producer(system, queue, pin, params, warmed, go, stop);
                     finished.fetch_add(1, Relaxed);
                     outcome
                 })
@@ -255,6 +334,7 @@ pub fn run(
         submit_seconds,
         calls_per_sec: rate(calls, submit_seconds),
         accepted_per_sec: rate(accepted, seconds),
+        pods: None,
     });
     sample.pool_locks = queue
         .lock_counts()
@@ -308,14 +388,16 @@ impl Item for Coalescing {
 fn producer(
     system: &dyn System,
     queue: &dyn Queue,
-    map: &CpuMap,
-    vcpu: usize,
+    (vcpu, real): (usize, usize),
     params: &ThroughputParams,
     warmed: &Barrier,
     go: &Barrier,
     stop: &AtomicBool,
 ) -> Result<Outcome> {
-    let pinned = map.pin_current(vcpu);
+    let pinned = placement::pin_to_real(&[real]);
+    if pinned.is_ok() {
+        placement::set_current_vcpu(Some(vcpu));
+    }
     let works: Vec<Box<dyn Item>> = match params.mode {
         Mode::Spawn => Vec::new(),
         Mode::Work if queue.coalesces() => (0..params.works.max(1))
