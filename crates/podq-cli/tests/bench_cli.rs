@@ -211,13 +211,72 @@ fn scale_workload_runs_each_pod_count_on_its_own_fake_topology() {
 }
 
 #[test]
-fn scale_workload_refuses_what_it_cannot_run() {
+fn memory_workload_counts_what_queued_items_hold() {
+    let report = json_of(&[
+        "bench",
+        "memory",
+        "--systems",
+        "podq,crossbeam-channel",
+        "--scopes",
+        "cpu",
+        "--strict",
+        "off",
+        "--items",
+        "2000",
+        "--rounds",
+        "1",
+        "--json",
+        "-",
+    ]);
+    let results = results(&report, "memory");
+    assert_eq!(results.len(), 4);
+    for r in &results {
+        let m = &r["memory"];
+        assert_eq!(m["queued"], 2000, "{r}");
+        assert_eq!(r["items"], 2000, "{r}");
+        let per_item = m["bytes_per_item"].as_f64().unwrap();
+        let closure = m["closure_bytes"].as_f64().unwrap();
+        assert_eq!(m["beyond_closure"].as_f64().unwrap(), per_item - closure);
+        match (r["test"].as_str().unwrap(), r["system"].as_str().unwrap()) {
+            // A boxed closure of 8 bytes at least is queued per spawn, in one
+            // allocation or more.
+            ("memory_spawn", _) => {
+                assert_eq!(closure, 8.0, "{r}");
+                assert!(per_item >= 8.0, "{r}");
+                assert!(m["allocs_per_item"].as_f64().unwrap() >= 1.0, "{r}");
+                assert!(m["prepared_bytes_per_item"].is_null(), "{r}");
+            }
+            // Prepared items are counted apart, and each holds its body's pointer.
+            ("memory_work", _) => {
+                assert_eq!(closure, 0.0, "{r}");
+                assert!(m["prepared_bytes_per_item"].as_f64().unwrap() >= 8.0, "{r}");
+            }
+            other => panic!("unexpected result {other:?}"),
+        }
+        assert!(r["rounds"][0]["bytes_per_item"].is_f64(), "{r}");
+    }
+    // tokio's blocking pool grows with waiting items: nothing to hold back.
+    let out = podq(&[
+        "bench",
+        "memory",
+        "--systems",
+        "tokio-spawn-blocking",
+        "--items",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hold back"));
+}
+
+#[test]
+fn scale_and_memory_refuse_what_they_cannot_run() {
     for (args, needle) in [
         (&["bench", "scale", "--pods", "0"][..], "--pods 0"),
         (&["bench", "scale", "--pods", "2000"], "--pods 2000"),
         (&["bench", "scale", "--systems", "rayon"], "peers"),
         (&["bench", "scale", "--scopes", "smt"], "cpu scope"),
         (&["bench", "scale", "--synthetic", "1s2c1t"], "--topology"),
+        (&["bench", "memory", "--duration", "1s"], "--items"),
     ] {
         let out = podq(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -3,6 +3,7 @@
 //! JSON schema.
 
 pub mod alloc_model;
+pub mod counting_alloc;
 pub(crate) mod output;
 pub mod peers;
 pub mod plot;
@@ -29,6 +30,7 @@ use system::placement::CpuMap;
 use system::System;
 use workloads::completion::{self, CompletionParams};
 use workloads::latency::LatencyParams;
+use workloads::memory;
 use workloads::queue::QueueParams;
 use workloads::throughput::{self, ThroughputParams};
 use workloads::{Case, RunLength, Test};
@@ -51,6 +53,9 @@ pub enum Workload {
     Throughput,
     /// `queue`, `latency` and `throughput` on podq and every peer executor, with ratios.
     Peers,
+    /// Bytes per queued item beyond the closure, 1 M items queued with the workers held
+    /// back (spawn, and prepared items), from a counting allocator.
+    Memory,
     /// Open-loop spawn on fake topologies of 1, 8, 64 and 256 `cpu`-scope pods
     /// (`--pods`) mapped onto the real CPUs: what more pools cost.
     Scale,
@@ -435,6 +440,11 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if !args.toggle.is_empty() && args.workload != Workload::Completion {
         return Err(usage("--toggle applies to the completion workload only"));
     }
+    if args.workload == Workload::Memory && args.duration.is_some() {
+        return Err(usage(
+            "memory queues a number of items (--items), not for a --duration",
+        ));
+    }
     if !args.toggle.is_empty() && args.items.is_some() {
         return Err(usage("--toggle needs --duration, not --items"));
     }
@@ -553,6 +563,15 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
             throughput(throughput::Mode::Work),
         ],
         Workload::Queue => vec![queue],
+        Workload::Memory => [throughput::Mode::Spawn, throughput::Mode::Work]
+            .into_iter()
+            .map(|mode| {
+                Test::Memory(memory::MemoryParams {
+                    items: args.items.unwrap_or(memory::DEFAULT_ITEMS),
+                    mode,
+                })
+            })
+            .collect(),
         Workload::Scale => unreachable!("scale cases are built by scale_cases"),
         Workload::Latency => vec![latency],
         Workload::Completion => {
@@ -668,6 +687,10 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
 
 fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     let per_run = match length {
+        _ if args.workload == Workload::Memory => format!(
+            "{} items queued per run",
+            args.items.unwrap_or(memory::DEFAULT_ITEMS)
+        ),
         _ if args.workload == Workload::Scale => format!(
             "{} items per real CPU per run, shared by one producer per pod",
             args.items.unwrap_or(throughput::DEFAULT_ITEMS)
@@ -721,6 +744,14 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         if !rows.is_empty() {
             out.push_str(&throughput_table(test, &rows, args.works));
         }
+    }
+    let memory: Vec<&RunResult> = report
+        .results
+        .iter()
+        .filter(|r| r.memory.is_some())
+        .collect();
+    if !memory.is_empty() {
+        out.push_str(&memory_table(&memory));
     }
     let scale = of("scale");
     if !scale.is_empty() {
@@ -921,6 +952,47 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
         "\n{test}: {} producer(s), open loop, {what}\n{}",
         results.first().map_or(0, |r| r.producers),
         report::table(head, &rows, 2)
+    )
+}
+
+fn memory_table(results: &[&RunResult]) -> String {
+    let bytes = |x: f64| format!("{x:.1}");
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let m = r.memory.as_ref().expect("memory results carry details");
+            vec![
+                r.system.clone(),
+                label(r),
+                format!("{:?}", m.mode).to_lowercase(),
+                (m.queued / r.rounds.len().max(1) as u64).to_string(),
+                m.prepared_bytes_per_item.map_or("-".to_owned(), bytes),
+                bytes(m.bytes_per_item),
+                spread(r, |x| x.bytes_per_item.unwrap_or(0.0), bytes),
+                bytes(m.beyond_closure),
+                format!("{:.2}", m.allocs_per_item),
+                format!("{:.1} MiB", m.retained_bytes / f64::from(1 << 20)),
+            ]
+        })
+        .collect();
+    format!(
+        "\nmemory: items queued from one thread while the workers are held back; live bytes from the allocator; closures capture 8 bytes (spawn)\n{}",
+        report::table(
+            &[
+                "system",
+                "scope",
+                "mode",
+                "queued",
+                "prepared B/item",
+                "queued B/item",
+                "rounds min … max",
+                "beyond closure",
+                "allocs/item",
+                "retained after"
+            ],
+            &rows,
+            3
+        )
     )
 }
 

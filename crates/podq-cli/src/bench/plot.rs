@@ -864,6 +864,7 @@ mod tests {
             mb_per_sec: None,
             accepted_per_sec: None,
             calls_per_sec: None,
+            bytes_per_item: None,
         };
         RunResult {
             test,
@@ -879,6 +880,7 @@ mod tests {
             submit_ns: None,
             completion: None,
             throughput: None,
+            memory: None,
             pool_locks: None,
             rounds: vec![round(4e5), round(6e5)],
             histogram: h,

@@ -95,6 +95,8 @@ pub struct RunResult {
     pub completion: Option<CompletionDetail>,
     /// `throughput_spawn` and `throughput_work` only.
     pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
+    /// `memory_spawn` and `memory_work` only.
+    pub memory: Option<super::workloads::memory::MemoryDetail>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
     /// Each round's own figures, in the order the rounds ran (the fields above sum
@@ -129,6 +131,8 @@ pub struct Round {
     pub accepted_per_sec: Option<f64>,
     /// `throughput_*` only: the round's calls per second while submitting.
     pub calls_per_sec: Option<f64>,
+    /// `memory_*` only: the round's live bytes per queued item.
+    pub bytes_per_item: Option<f64>,
 }
 
 /// The `completion` workload's extra measurements.
@@ -630,6 +634,7 @@ mod tests {
             submit_ns: None,
             completion: None,
             throughput: None,
+            memory: None,
             pool_locks: None,
             rounds: Vec::new(),
             histogram: h,

@@ -26,6 +26,9 @@ fn sim_args(bench: &BenchArgs, machine: &str, topology: &str) -> Result<SimArgs>
             Workload::Peers => return Err(usage(
                 "--sim: the simulator models podq only, so `peers` has no simulated counterpart",
             )),
+            Workload::Memory => return Err(usage(
+                "--sim: `memory` measures this process's allocations; the simulator has none",
+            )),
             Workload::Scale => return Err(usage(
                 "--sim: `scale` runs several fake topologies; simulate each with `podq sim throughput --synthetic SHAPE`",
             )),

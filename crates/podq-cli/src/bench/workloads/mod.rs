@@ -3,6 +3,7 @@
 
 pub mod completion;
 pub mod latency;
+pub mod memory;
 pub mod queue;
 pub mod throughput;
 
@@ -39,6 +40,8 @@ pub enum Test {
     Throughput(throughput::ThroughputParams),
     /// Open-loop spawn on a fake topology of its own (the `scale` workload).
     Scale(Arc<throughput::ScaleParams>),
+    /// Bytes per queued item, the workers held back.
+    Memory(memory::MemoryParams),
 }
 
 impl Test {
@@ -52,6 +55,10 @@ impl Test {
                 throughput::Mode::Work => "throughput_work",
             },
             Test::Scale(_) => "scale",
+            Test::Memory(p) => match p.mode {
+                throughput::Mode::Spawn => "memory_spawn",
+                throughput::Mode::Work => "memory_work",
+            },
         }
     }
 }
@@ -84,6 +91,8 @@ pub struct Sample {
     pub segment_scope: Option<podq_topology::Scope>,
     /// Throughput-test extras.
     pub throughput: Option<throughput::ThroughputDetail>,
+    /// Memory-test extras.
+    pub memory: Option<memory::MemoryDetail>,
 }
 
 impl Sample {
@@ -100,6 +109,7 @@ impl Sample {
             mb_per_sec: self.completion.as_ref().map(|c| c.mb_per_sec),
             accepted_per_sec: self.throughput.as_ref().map(|t| t.accepted_per_sec),
             calls_per_sec: self.throughput.as_ref().map(|t| t.calls_per_sec),
+            bytes_per_item: self.memory.as_ref().map(|m| m.bytes_per_item),
         }
     }
 
@@ -119,6 +129,9 @@ impl Sample {
         }
         if let (Some(a), Some(b)) = (self.throughput.as_mut(), other.throughput) {
             a.merge(b, self.seconds, other.seconds);
+        }
+        if let (Some(a), Some(b)) = (self.memory.as_mut(), other.memory) {
+            a.merge(&b);
         }
         self.seconds = total;
     }
@@ -185,6 +198,7 @@ pub fn run_cases(
                 submit_ns: s.submit.as_ref().map(LatencySummary::of),
                 completion: s.completion,
                 throughput: s.throughput,
+                memory: s.memory,
                 pool_locks: s.pool_locks,
                 rounds,
                 histogram: s.latency,
@@ -209,6 +223,7 @@ fn producers_of(test: &Test, map: &CpuMap) -> usize {
         Test::Completion(p) => p.producer_cpus.len(),
         Test::Throughput(p) => p.producer_cpus(map).len(),
         Test::Scale(p) => p.throughput.producer_cpus(&p.map).len(),
+        Test::Memory(_) => 1,
     }
 }
 
@@ -231,6 +246,7 @@ fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>>
         Test::Completion(p) => completion::run(&*case.system, case.config, map, p, length),
         Test::Throughput(p) => Ok(vec![throughput::run(&*case.system, case.config, map, p)?]),
         Test::Scale(p) => Ok(vec![throughput::run_scale(&*case.system, case.config, p)?]),
+        Test::Memory(p) => Ok(vec![memory::run(&*case.system, case.config, p)?]),
     }
 }
 
@@ -245,5 +261,6 @@ fn empty_sample() -> Sample {
         completion: None,
         segment_scope: None,
         throughput: None,
+        memory: None,
     }
 }
