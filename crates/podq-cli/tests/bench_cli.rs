@@ -269,6 +269,37 @@ fn memory_workload_counts_what_queued_items_hold() {
 }
 
 #[test]
+fn idle_workload_reports_the_threads_and_pools_of_idle_pods() {
+    let report = json_of(&[
+        "bench",
+        "idle",
+        "--pods",
+        "1,4",
+        "--strict",
+        "off",
+        "--duration",
+        "100ms",
+        "--rounds",
+        "1",
+        "--json",
+        "-",
+    ]);
+    let results = results(&report, "idle");
+    assert_eq!(results.len(), 2);
+    for (r, pods) in results.iter().zip([1u64, 4]) {
+        let d = &r["idle"];
+        assert_eq!(d["pods"], pods, "{r}");
+        assert_eq!(d["topology"], format!("fake:1s{pods}c1t"));
+        // Every pod ran an item, so every pod's pool started a worker.
+        assert!(d["pools"].as_u64().unwrap() >= pods, "{r}");
+        assert!(d["threads"].as_u64().unwrap() >= pods, "{r}");
+        assert!(d["heap_bytes"].as_i64().unwrap() > 0, "{r}");
+        assert!(d["window_seconds"].as_f64().unwrap() >= 0.1, "{r}");
+        assert!(r["rounds"][0]["idle_cpu_share"].is_f64(), "{r}");
+    }
+}
+
+#[test]
 fn scale_and_memory_refuse_what_they_cannot_run() {
     for (args, needle) in [
         (&["bench", "scale", "--pods", "0"][..], "--pods 0"),
@@ -277,6 +308,7 @@ fn scale_and_memory_refuse_what_they_cannot_run() {
         (&["bench", "scale", "--scopes", "smt"], "cpu scope"),
         (&["bench", "scale", "--synthetic", "1s2c1t"], "--topology"),
         (&["bench", "memory", "--duration", "1s"], "--items"),
+        (&["bench", "idle", "--systems", "rayon"], "peers"),
     ] {
         let out = podq(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

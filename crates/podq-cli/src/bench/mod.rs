@@ -56,6 +56,9 @@ pub enum Workload {
     /// Bytes per queued item beyond the closure, 1 M items queued with the workers held
     /// back (spawn, and prepared items), from a counting allocator.
     Memory,
+    /// Idle pools on fake topologies of `--pods` pods: threads, heap and resident bytes
+    /// per pool, and their CPU time over `--duration` (default 3s).
+    Idle,
     /// Open-loop spawn on fake topologies of 1, 8, 64 and 256 `cpu`-scope pods
     /// (`--pods`) mapped onto the real CPUs: what more pools cost.
     Scale,
@@ -469,25 +472,29 @@ fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
     Ok(systems)
 }
 
+/// How long `idle` watches the pools when `--duration` is not given.
+pub const IDLE_WINDOW: Duration = Duration::from_secs(3);
+
 /// The most pods `--pods` takes: each needs a producer thread and a worker.
 pub const MAX_SCALE_PODS: usize = 1024;
 
-/// `scale`: one case per `--pods` value, each podq on its own fake topology on the
-/// `cpu` scope, sharing `--items` x real CPUs spawns per run among one producer per pod.
+/// `scale` and `idle`: one case per `--pods` value, each podq on its own fake
+/// topology on the `cpu` scope; `scale` shares `--items` x real CPUs spawns per run
+/// among one producer per pod, `idle` watches the pools for `--duration`.
 fn scale_cases(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Case>> {
     if !args.scopes.is_empty() && args.scopes != [Scope::Cpu] {
         return Err(usage(
-            "scale runs the cpu scope (one pod per virtual CPU); drop --scopes",
+            "scale and idle run the cpu scope (one pod per virtual CPU); drop --scopes",
         ));
     }
     if args.systems.iter().any(|s| s != "podq") {
         return Err(usage(
-            "scale measures podq's pools; peers have none (drop --systems)",
+            "scale and idle measure podq's pools; peers have none (drop --systems)",
         ));
     }
     if args.topology != "live" || args.synthetic.is_some() || args.sysfs_root.is_some() {
         return Err(usage(
-            "scale builds its own fake topologies (--pods); drop --topology",
+            "scale and idle build their own fake topologies (--pods); drop --topology",
         ));
     }
     if let Some(&bad) = args
@@ -510,10 +517,15 @@ fn scale_cases(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Case>> {
         ));
         let params = Arc::new(params);
         for config in system.configs(&[Scope::Cpu], &args.strict.values()) {
+            let test = if args.workload == Workload::Idle {
+                Test::Idle(Arc::clone(&params), args.duration.unwrap_or(IDLE_WINDOW))
+            } else {
+                Test::Scale(Arc::clone(&params))
+            };
             cases.push(Case {
                 system: Arc::clone(&system),
                 config,
-                test: Test::Scale(Arc::clone(&params)),
+                test,
             });
         }
     }
@@ -521,7 +533,7 @@ fn scale_cases(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Case>> {
 }
 
 fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Result<Vec<Case>> {
-    if args.workload == Workload::Scale {
+    if matches!(args.workload, Workload::Scale | Workload::Idle) {
         return scale_cases(args, map);
     }
     let scopes = scopes_or_all(&args.scopes);
@@ -572,7 +584,7 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
                 })
             })
             .collect(),
-        Workload::Scale => unreachable!("scale cases are built by scale_cases"),
+        Workload::Scale | Workload::Idle => unreachable!("built by scale_cases"),
         Workload::Latency => vec![latency],
         Workload::Completion => {
             let count = args.cq.unwrap_or(map.vcpus().len());
@@ -691,6 +703,10 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
             "{} items queued per run",
             args.items.unwrap_or(memory::DEFAULT_ITEMS)
         ),
+        _ if args.workload == Workload::Idle => format!(
+            "{} idle per run",
+            humantime::format_duration(args.duration.unwrap_or(IDLE_WINDOW))
+        ),
         _ if args.workload == Workload::Scale => format!(
             "{} items per real CPU per run, shared by one producer per pod",
             args.items.unwrap_or(throughput::DEFAULT_ITEMS)
@@ -752,6 +768,10 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         .collect();
     if !memory.is_empty() {
         out.push_str(&memory_table(&memory));
+    }
+    let idle = of("idle");
+    if !idle.is_empty() {
+        out.push_str(&idle_table(&idle));
     }
     let scale = of("scale");
     if !scale.is_empty() {
@@ -989,6 +1009,54 @@ fn memory_table(results: &[&RunResult]) -> String {
                 "beyond closure",
                 "allocs/item",
                 "retained after"
+            ],
+            &rows,
+            3
+        )
+    )
+}
+
+fn idle_table(results: &[&RunResult]) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let d = r.idle.as_ref().expect("idle results carry details");
+            let per = |x: f64| x / d.pools.max(1) as f64;
+            vec![
+                d.pods.to_string(),
+                label(r),
+                d.pools.to_string(),
+                d.threads.to_string(),
+                format!("{:.2}", per(d.threads as f64)),
+                format!("{:.1} KiB", per(d.heap_bytes as f64) / 1024.0),
+                format!("{:.1} KiB", per(d.rss_bytes as f64) / 1024.0),
+                human_ns(d.cpu_ns as f64),
+                format!("{:.4}%", d.cpu_share() * 100.0),
+                spread(
+                    r,
+                    |x| x.idle_cpu_share.unwrap_or(0.0) * 100.0,
+                    |x| format!("{x:.4}%"),
+                ),
+                format!(
+                    "{:.1}",
+                    d.context_switches as f64 / d.window_seconds.max(1e-9)
+                ),
+            ]
+        })
+        .collect();
+    let source = results
+        .iter()
+        .find_map(|r| r.idle.as_ref())
+        .map_or("", |d| match d.cpu_time_source {
+            crate::procinfo::CpuTimeSource::Schedstat => "schedstat",
+            crate::procinfo::CpuTimeSource::StatTicks => "stat ticks (10 ms steps)",
+        });
+    format!(
+        "\nidle: podq, one item run in every pod, then nothing queued; threads and CPU time of the threads the workqueue added ({source}), summed over rounds\n{}",
+        report::table(
+            &[
+                "pods", "scope", "pools", "threads", "threads/pool", "heap/pool", "rss/pool",
+                "cpu time", "of one CPU", "rounds min … max", "ctxsw/s"
             ],
             &rows,
             3

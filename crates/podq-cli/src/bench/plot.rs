@@ -865,6 +865,7 @@ mod tests {
             accepted_per_sec: None,
             calls_per_sec: None,
             bytes_per_item: None,
+            idle_cpu_share: None,
         };
         RunResult {
             test,
@@ -881,6 +882,7 @@ mod tests {
             completion: None,
             throughput: None,
             memory: None,
+            idle: None,
             pool_locks: None,
             rounds: vec![round(4e5), round(6e5)],
             histogram: h,

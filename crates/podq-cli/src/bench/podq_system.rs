@@ -102,6 +102,10 @@ impl System for Podq {
         podq::set_thread_cpu(Some(vcpu));
     }
 
+    fn leave_cpu(&self) {
+        podq::set_thread_cpu(None);
+    }
+
     fn cpu_probe(&self) -> fn() -> usize {
         podq::current_cpu
     }
@@ -165,6 +169,10 @@ impl Queue for PodqQueue {
 
     fn coalesces(&self) -> bool {
         true
+    }
+
+    fn pools(&self) -> Option<usize> {
+        Some(self.wq.stats().pools.len())
     }
 }
 

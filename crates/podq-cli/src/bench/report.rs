@@ -97,6 +97,8 @@ pub struct RunResult {
     pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
     /// `memory_spawn` and `memory_work` only.
     pub memory: Option<super::workloads::memory::MemoryDetail>,
+    /// `idle` only.
+    pub idle: Option<super::workloads::idle::IdleDetail>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
     /// Each round's own figures, in the order the rounds ran (the fields above sum
@@ -133,6 +135,8 @@ pub struct Round {
     pub calls_per_sec: Option<f64>,
     /// `memory_*` only: the round's live bytes per queued item.
     pub bytes_per_item: Option<f64>,
+    /// `idle` only: the round's CPU time of the idle pools' threads, share of one CPU.
+    pub idle_cpu_share: Option<f64>,
 }
 
 /// The `completion` workload's extra measurements.
@@ -635,6 +639,7 @@ mod tests {
             completion: None,
             throughput: None,
             memory: None,
+            idle: None,
             pool_locks: None,
             rounds: Vec::new(),
             histogram: h,

@@ -114,6 +114,9 @@ pub trait System: Send + Sync {
         let _ = vcpu;
     }
 
+    /// Undoes `enter_cpu` on a thread that is not pinned.
+    fn leave_cpu(&self) {}
+
     /// A fixed number of worker threads, if the system has one (the `memory` workload
     /// holds them all back with blockers; a pool that grows has none).
     fn workers(&self) -> Option<usize> {
@@ -180,6 +183,11 @@ pub trait Queue: Send + Sync {
 
     /// Items queued and finished so far, if the system counts them (podq).
     fn totals(&self) -> Option<podq::stats::Totals> {
+        None
+    }
+
+    /// Pools behind the queue, if the system has several (podq).
+    fn pools(&self) -> Option<usize> {
         None
     }
 

@@ -26,8 +26,8 @@ fn sim_args(bench: &BenchArgs, machine: &str, topology: &str) -> Result<SimArgs>
             Workload::Peers => return Err(usage(
                 "--sim: the simulator models podq only, so `peers` has no simulated counterpart",
             )),
-            Workload::Memory => return Err(usage(
-                "--sim: `memory` measures this process's allocations; the simulator has none",
+            Workload::Memory | Workload::Idle => return Err(usage(
+                "--sim: `memory` and `idle` measure this process's memory and threads; the simulator has neither",
             )),
             Workload::Scale => return Err(usage(
                 "--sim: `scale` runs several fake topologies; simulate each with `podq sim throughput --synthetic SHAPE`",

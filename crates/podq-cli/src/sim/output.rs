@@ -206,6 +206,7 @@ fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
         completion,
         throughput,
         memory: None,
+        idle: None,
         pool_locks: Some(pool_locks(&seg.pool_locks)),
         // A seeded simulation is one deterministic run: there is no spread to show.
         rounds: Vec::new(),

@@ -2,6 +2,7 @@
 //! so that drift (frequency, other load) spreads over all of them alike.
 
 pub mod completion;
+pub mod idle;
 pub mod latency;
 pub mod memory;
 pub mod queue;
@@ -42,6 +43,8 @@ pub enum Test {
     Scale(Arc<throughput::ScaleParams>),
     /// Bytes per queued item, the workers held back.
     Memory(memory::MemoryParams),
+    /// Idle pools on a fake topology of their own, watched for this long.
+    Idle(Arc<throughput::ScaleParams>, Duration),
 }
 
 impl Test {
@@ -55,6 +58,7 @@ impl Test {
                 throughput::Mode::Work => "throughput_work",
             },
             Test::Scale(_) => "scale",
+            Test::Idle(..) => "idle",
             Test::Memory(p) => match p.mode {
                 throughput::Mode::Spawn => "memory_spawn",
                 throughput::Mode::Work => "memory_work",
@@ -93,6 +97,8 @@ pub struct Sample {
     pub throughput: Option<throughput::ThroughputDetail>,
     /// Memory-test extras.
     pub memory: Option<memory::MemoryDetail>,
+    /// Idle-test extras.
+    pub idle: Option<idle::IdleDetail>,
 }
 
 impl Sample {
@@ -110,6 +116,7 @@ impl Sample {
             accepted_per_sec: self.throughput.as_ref().map(|t| t.accepted_per_sec),
             calls_per_sec: self.throughput.as_ref().map(|t| t.calls_per_sec),
             bytes_per_item: self.memory.as_ref().map(|m| m.bytes_per_item),
+            idle_cpu_share: self.idle.as_ref().map(idle::IdleDetail::cpu_share),
         }
     }
 
@@ -131,6 +138,9 @@ impl Sample {
             a.merge(b, self.seconds, other.seconds);
         }
         if let (Some(a), Some(b)) = (self.memory.as_mut(), other.memory) {
+            a.merge(&b);
+        }
+        if let (Some(a), Some(b)) = (self.idle.as_mut(), other.idle) {
             a.merge(&b);
         }
         self.seconds = total;
@@ -199,6 +209,7 @@ pub fn run_cases(
                 completion: s.completion,
                 throughput: s.throughput,
                 memory: s.memory,
+                idle: s.idle,
                 pool_locks: s.pool_locks,
                 rounds,
                 histogram: s.latency,
@@ -223,7 +234,7 @@ fn producers_of(test: &Test, map: &CpuMap) -> usize {
         Test::Completion(p) => p.producer_cpus.len(),
         Test::Throughput(p) => p.producer_cpus(map).len(),
         Test::Scale(p) => p.throughput.producer_cpus(&p.map).len(),
-        Test::Memory(_) => 1,
+        Test::Memory(_) | Test::Idle(..) => 1,
     }
 }
 
@@ -247,6 +258,7 @@ fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>>
         Test::Throughput(p) => Ok(vec![throughput::run(&*case.system, case.config, map, p)?]),
         Test::Scale(p) => Ok(vec![throughput::run_scale(&*case.system, case.config, p)?]),
         Test::Memory(p) => Ok(vec![memory::run(&*case.system, case.config, p)?]),
+        Test::Idle(p, window) => Ok(vec![idle::run(&*case.system, case.config, p, *window)?]),
     }
 }
 
@@ -262,5 +274,6 @@ fn empty_sample() -> Sample {
         segment_scope: None,
         throughput: None,
         memory: None,
+        idle: None,
     }
 }
