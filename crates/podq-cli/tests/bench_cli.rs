@@ -300,7 +300,7 @@ fn idle_workload_reports_the_threads_and_pools_of_idle_pods() {
 }
 
 #[test]
-fn scale_and_memory_refuse_what_they_cannot_run() {
+fn footprint_scale_and_compare_refuse_what_they_cannot_run() {
     for (args, needle) in [
         (&["bench", "scale", "--pods", "0"][..], "--pods 0"),
         (&["bench", "scale", "--pods", "2000"], "--pods 2000"),
@@ -309,6 +309,19 @@ fn scale_and_memory_refuse_what_they_cannot_run() {
         (&["bench", "scale", "--synthetic", "1s2c1t"], "--topology"),
         (&["bench", "memory", "--duration", "1s"], "--items"),
         (&["bench", "idle", "--systems", "rayon"], "peers"),
+        (&["bench", "memory", "--plot", "m.svg"], "table only"),
+        (&["bench", "queue", "--base", "a.json"], "compare"),
+        (
+            &[
+                "bench",
+                "compare",
+                "--base",
+                "/nonexistent.json",
+                "--new",
+                "b.json",
+            ],
+            "cannot read",
+        ),
     ] {
         let out = podq(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}");

@@ -126,11 +126,11 @@ mod tests {
         drop(block);
         let after = counter.read().since(before);
         drop(counter);
-        // Other test threads may allocate and free meanwhile: the 64 MiB block must
-        // show in full, their traffic gets a 16 MiB margin.
+        // Other test threads may allocate, and free blocks from before, meanwhile:
+        // their traffic gets a 16 MiB margin either way around the 64 MiB block.
         const NOISE: i64 = 16 << 20;
-        assert!(held.live >= BLOCK && held.live < BLOCK + NOISE, "{held:?}");
+        assert!((held.live - BLOCK).abs() < NOISE, "{held:?}");
         assert!(held.allocs >= 1, "{held:?}");
-        assert!(after.live < NOISE, "{held:?} then {after:?}");
+        assert!(after.live.abs() < NOISE, "{held:?} then {after:?}");
     }
 }

@@ -3,6 +3,7 @@
 //! JSON schema.
 
 pub mod alloc_model;
+pub mod compare;
 pub mod counting_alloc;
 pub(crate) mod output;
 pub mod peers;
@@ -56,6 +57,9 @@ pub enum Workload {
     /// Bytes per queued item beyond the closure, 1 M items queued with the workers held
     /// back (spawn, and prepared items), from a counting allocator.
     Memory,
+    /// Compares two sets of `--json` files (`--base`, `--new`), e.g. builds with and
+    /// without podq's stats: the median ratio per result and its spread.
+    Compare,
     /// Idle pools on fake topologies of `--pods` pods: threads, heap and resident bytes
     /// per pool, and their CPU time over `--duration` (default 3s).
     Idle,
@@ -139,6 +143,12 @@ pub struct BenchArgs {
     /// that many single-CPU pods, one producer per pod).
     #[arg(long, value_delimiter = ',', default_values_t = [1, 8, 64, 256])]
     pub pods: Vec<usize>,
+    /// `compare`: the base runs' JSON files, comma-separated, in the order they ran.
+    #[arg(long, value_delimiter = ',', value_name = "FILE,...")]
+    pub base: Vec<String>,
+    /// `compare`: the new runs' JSON files, paired in order with `--base`'s.
+    #[arg(long = "new", value_delimiter = ',', value_name = "FILE,...")]
+    pub new_files: Vec<String>,
     /// `throughput`: prepared items each producer cycles through in the re-queue mode.
     #[arg(long, default_value_t = throughput::DEFAULT_WORKS)]
     pub works: usize,
@@ -278,6 +288,9 @@ fn build_system(name: &str, map: &CpuMap, args: &BenchArgs) -> Result<Arc<dyn Sy
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
+    if args.workload == Workload::Compare {
+        return run_compare(args);
+    }
     if let Some(machine) = &args.sim {
         crate::sim::compare::check(args, machine)?;
     }
@@ -347,6 +360,33 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     outputs.write_json(&report)?;
     outputs.write_plot(|| plot::render(&report))?;
     outputs.keep();
+    Ok(())
+}
+
+/// `podq bench compare`: the table on stdout, the comparisons as JSON with `--json`.
+fn run_compare(args: &BenchArgs) -> Result<()> {
+    let rows = compare::compare(&args.base, &args.new_files)?;
+    let text = compare::render(&rows);
+    let json = serde_json::json!({
+        "schema_version": report::SCHEMA_VERSION,
+        "workload": "compare",
+        "command": std::env::args().collect::<Vec<_>>(),
+        "base": args.base,
+        "new": args.new_files,
+        "comparisons": rows,
+    });
+    match args.json.as_deref() {
+        Some("-") => {
+            eprint!("{text}");
+            println!("{json:#}");
+        }
+        Some(path) => {
+            print!("{text}");
+            std::fs::write(path, format!("{json:#}\n"))
+                .with_context(|| format!("writing {path}"))?;
+        }
+        None => print!("{text}"),
+    }
     Ok(())
 }
 
@@ -442,6 +482,20 @@ fn validate(args: &BenchArgs) -> Result<()> {
     }
     if !args.toggle.is_empty() && args.workload != Workload::Completion {
         return Err(usage("--toggle applies to the completion workload only"));
+    }
+    if args.workload != Workload::Compare && !(args.base.is_empty() && args.new_files.is_empty()) {
+        return Err(usage("--base and --new belong to `podq bench compare`"));
+    }
+    if args.plot.is_some()
+        && matches!(
+            args.workload,
+            Workload::Memory | Workload::Idle | Workload::Compare
+        )
+    {
+        return Err(usage(format!(
+            "--plot draws rates and latencies; `{}` has a table only",
+            format!("{:?}", args.workload).to_lowercase()
+        )));
     }
     if args.workload == Workload::Memory && args.duration.is_some() {
         return Err(usage(
@@ -585,6 +639,7 @@ fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Res
             })
             .collect(),
         Workload::Scale | Workload::Idle => unreachable!("built by scale_cases"),
+        Workload::Compare => unreachable!("compare runs nothing"),
         Workload::Latency => vec![latency],
         Workload::Completion => {
             let count = args.cq.unwrap_or(map.vcpus().len());
@@ -694,6 +749,8 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "object_size": args.object_size,
         "alloc_cache": args.alloc_cache,
         "remote_free": args.remote_free,
+        "pods": args.pods,
+        "podq_stats": cfg!(feature = "stats"),
     })
 }
 
@@ -719,7 +776,7 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         RunLength::Items(n) => format!("{n} items per producer per run"),
     };
     let mut out = format!(
-        "podq bench {}: topology {} ({}{}), {} round(s), {per_run}\n",
+        "podq bench {}: topology {} ({}{}), {} round(s), {per_run}{}\n",
         report.workload,
         report.topology.spec,
         report.topology.description,
@@ -729,6 +786,11 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
             String::new()
         },
         args.rounds,
+        if cfg!(feature = "stats") {
+            ""
+        } else {
+            ", podq built without stats"
+        },
     );
     let of = |test: &str| -> Vec<&RunResult> {
         report.results.iter().filter(|r| r.test == test).collect()

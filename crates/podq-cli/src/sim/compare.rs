@@ -26,6 +26,9 @@ fn sim_args(bench: &BenchArgs, machine: &str, topology: &str) -> Result<SimArgs>
             Workload::Peers => return Err(usage(
                 "--sim: the simulator models podq only, so `peers` has no simulated counterpart",
             )),
+            Workload::Compare => return Err(usage(
+                "--sim: `compare` reads results, it runs nothing to simulate",
+            )),
             Workload::Memory | Workload::Idle => return Err(usage(
                 "--sim: `memory` and `idle` measure this process's memory and threads; the simulator has neither",
             )),
