@@ -106,28 +106,44 @@ pub fn admit(pwq: PwqQueue, try_slot: impl FnOnce() -> bool) -> Admit {
     }
 }
 
+/// Most inactive items one pwq moves to its pool in a turn of activation before the
+/// next pending pwq's turn. The kernel moves one per completed item; podq's workers
+/// free slots in batches, and a turn takes as many as were freed, up to this.
+pub const ACTIVATION_TURN: usize = 16;
+
+/// Free active slots of a node counter with `nr` active items and limit `max`.
+pub fn free_slots(nr: usize, max: usize) -> usize {
+    max.saturating_sub(nr)
+}
+
 /// What activation (`node_activate_pending_pwq`) does with the pwq at the head of its
-/// node's pending list, once it has taken a slot for it.
+/// node's pending list, once it has taken slots for it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Activation {
     /// Nothing to activate (the pwq is plugged or has no inactive item): it leaves the
-    /// pending list and the slot is given back.
+    /// pending list and the slots are given back.
     Leave,
-    /// Move its first inactive item (FIFO) to its pool. `requeue`: it has more, so it
-    /// goes to the back of the pending list (round-robin across pwqs).
+    /// Move its first `count` inactive items (FIFO) to its pool; slots beyond `count`
+    /// are given back. `requeue`: it has more, so it goes to the back of the pending
+    /// list (round-robin across pwqs).
     Take {
+        /// How many items it activates in this turn.
+        count: usize,
         /// Whether the pwq stays pending, at the back of the list.
         requeue: bool,
     },
 }
 
-/// The activation step for the head pwq of a pending list.
-pub fn activation(pwq: PwqQueue) -> Activation {
+/// The activation turn of the head pwq of a pending list holding `slots` slots
+/// (at most [`ACTIVATION_TURN`] are used).
+pub fn activation(pwq: PwqQueue, slots: usize) -> Activation {
     if pwq.plugged || pwq.inactive == 0 {
         Activation::Leave
     } else {
+        let count = pwq.inactive.min(slots).min(ACTIVATION_TURN);
         Activation::Take {
-            requeue: pwq.inactive > 1,
+            count,
+            requeue: pwq.inactive > count,
         }
     }
 }
@@ -280,16 +296,16 @@ mod tests {
 
     #[test]
     fn activation_steps() {
-        assert_eq!(activation(q(0, false, true)), Activation::Leave);
-        assert_eq!(activation(q(3, true, true)), Activation::Leave);
-        assert_eq!(
-            activation(q(1, false, true)),
-            Activation::Take { requeue: false }
-        );
-        assert_eq!(
-            activation(q(2, false, true)),
-            Activation::Take { requeue: true }
-        );
+        assert_eq!(activation(q(0, false, true), 4), Activation::Leave);
+        assert_eq!(activation(q(3, true, true), 4), Activation::Leave);
+        let take = |count, requeue| Activation::Take { count, requeue };
+        assert_eq!(activation(q(1, false, true), 1), take(1, false));
+        assert_eq!(activation(q(2, false, true), 1), take(1, true));
+        assert_eq!(activation(q(3, false, true), 5), take(3, false));
+        assert_eq!(activation(q(40, false, true), 30), take(16, true));
+        assert_eq!(activation(q(40, false, true), 0), take(0, true));
+        assert_eq!(free_slots(3, 8), 5);
+        assert_eq!(free_slots(9, 8), 0);
     }
 
     #[test]
@@ -327,8 +343,9 @@ mod tests {
     }
 
     /// The activation order of a node with `slots` free slots and pwqs waiting with
-    /// `inactive[i]` items each, joined in index order: `(pwq, item)` in run order.
-    fn activation_order(inactive: &[usize], slots: usize) -> Vec<(usize, usize)> {
+    /// `inactive[i]` items each, joined in index order, when each activation pass holds
+    /// `pass` slots (completions settled `pass` at a time): `(pwq, item)` in run order.
+    fn activation_order(inactive: &[usize], slots: usize, pass: usize) -> Vec<(usize, usize)> {
         let mut left = inactive.to_vec();
         let mut taken = vec![0; inactive.len()];
         let mut pending: std::collections::VecDeque<usize> =
@@ -336,13 +353,15 @@ mod tests {
         let mut order = Vec::new();
         while order.len() < slots {
             let Some(p) = pending.pop_front() else { break };
-            let state = q(left[p], false, true);
-            match activation(state) {
+            let held = pass.min(slots - order.len());
+            match activation(q(left[p], false, true), held) {
                 Activation::Leave => {}
-                Activation::Take { requeue } => {
-                    order.push((p, taken[p]));
-                    taken[p] += 1;
-                    left[p] -= 1;
+                Activation::Take { count, requeue } => {
+                    for _ in 0..count {
+                        order.push((p, taken[p]));
+                        taken[p] += 1;
+                        left[p] -= 1;
+                    }
                     if requeue {
                         pending.push_back(p);
                     }
@@ -355,19 +374,24 @@ mod tests {
     #[test]
     fn activation_round_robins_pwqs() {
         assert_eq!(
-            activation_order(&[3, 1, 2], 10),
+            activation_order(&[3, 1, 2], 10, 1),
             vec![(0, 0), (1, 0), (2, 0), (0, 1), (2, 1), (0, 2)]
         );
-        assert_eq!(activation_order(&[3, 1, 2], 2), vec![(0, 0), (1, 0)]);
+        assert_eq!(activation_order(&[3, 1, 2], 2, 1), vec![(0, 0), (1, 0)]);
+        // Slots freed two at a time: each turn takes two.
+        assert_eq!(
+            activation_order(&[3, 1, 2], 10, 2),
+            vec![(0, 0), (0, 1), (1, 0), (2, 0), (2, 1), (0, 2)]
+        );
     }
 
     proptest::proptest! {
         /// Within a pwq items activate in FIFO order, every waiting item is activated
         /// when slots suffice, and no pwq is served twice while another waits.
         #[test]
-        fn activation_is_fifo_and_fair(inactive in proptest::collection::vec(0usize..6, 1..6),
-                                       slots in 0usize..40) {
-            let order = activation_order(&inactive, slots);
+        fn activation_is_fifo_and_fair(inactive in proptest::collection::vec(0usize..40, 1..6),
+                                       slots in 0usize..200, pass in 1usize..40) {
+            let order = activation_order(&inactive, slots, pass);
             let total: usize = inactive.iter().sum();
             proptest::prop_assert_eq!(order.len(), total.min(slots));
             let mut next = vec![0; inactive.len()];
@@ -376,11 +400,12 @@ mod tests {
                 next[p] += 1;
             }
             for (k, &(p, i)) in order.iter().enumerate() {
-                // Between this pwq's item i and i+1, each other pwq gets at most one turn.
+                // Between this pwq's item i and i+1, each other pwq gets at most one
+                // turn of at most ACTIVATION_TURN items.
                 if let Some(j) = order[k + 1..].iter().position(|&(q, n)| q == p && n == i + 1) {
                     let between = &order[k + 1..k + 1 + j];
                     for other in 0..inactive.len() {
-                        proptest::prop_assert!(between.iter().filter(|&&(q, _)| q == other).count() <= 1);
+                        proptest::prop_assert!(between.iter().filter(|&&(q, _)| q == other).count() <= ACTIVATION_TURN);
                     }
                 }
             }

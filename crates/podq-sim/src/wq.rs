@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use podq_policy::{
-    activation, admit, idle_step, kick, may_activate, node_limits, pick_idle, pick_pwq,
+    activation, admit, free_slots, idle_step, kick, may_activate, node_limits, pick_idle, pick_pwq,
     pod_cpumask, pool_key, pool_node, reap, Activation, Admission, IdleStep, IdleWorkers, Kick,
     PoolAttrs, PoolKey, PoolLoad, PwqChoice, PwqQueue, IDLE_SPIN, IDLE_WORKER_TIMEOUT,
 };
@@ -505,7 +505,8 @@ impl Sim<'_> {
 
     fn activate_pending(&mut self, tid: Tid, wq: usize, slot: usize) {
         let s = &self.world.wqs[wq].slots[slot];
-        if !may_activate(s.nr, s.max) {
+        let slots = free_slots(s.nr, s.max);
+        if slots == 0 {
             return;
         }
         let Some(&pwq) = s.pending.front() else {
@@ -518,26 +519,27 @@ impl Sim<'_> {
         };
         let s = &mut self.world.wqs[wq].slots[slot];
         s.pending.pop_front();
-        let requeue = match activation(queue) {
+        let (count, requeue) = match activation(queue, slots) {
             Activation::Leave => {
                 self.world.pwqs[pwq].pending = false;
                 return;
             }
-            Activation::Take { requeue } => requeue,
+            Activation::Take { count, requeue } => (count, requeue),
         };
-        s.nr += 1;
-        self.note_active(wq);
-        let s = &mut self.world.wqs[wq].slots[slot];
         if requeue {
             s.pending.push_back(pwq);
         } else {
             self.world.pwqs[pwq].pending = false;
         }
-        let Some(item) = self.world.pwqs[pwq].inactive.pop_front() else {
-            unreachable!("activation takes only from a pwq with inactive items")
-        };
         let pool = self.world.pwqs[pwq].pool;
-        self.push_item(tid, pool, item, pwq);
+        for _ in 0..count {
+            self.world.wqs[wq].slots[slot].nr += 1;
+            self.note_active(wq);
+            let Some(item) = self.world.pwqs[pwq].inactive.pop_front() else {
+                unreachable!("activation takes only items a pwq has")
+            };
+            self.push_item(tid, pool, item, pwq);
+        }
         // The other pool's kick is done at once, its lock's cost not modelled.
         let out = self.kick_locked(pool);
         let cpu = self.threads[tid].cpu;

@@ -1,5 +1,6 @@
 //! What a thread knows about the podq work it is doing: the pool it works for, the
-//! item it runs, its `blocking()` depth and the items it took and has not started.
+//! item it runs, its `blocking()` depth, the items it took and has not started and the
+//! finished ones whose accounting it holds.
 //! Every worker thread-local lives here, so that pools, items and workqueues read the
 //! same state without depending on each other.
 //!
@@ -11,6 +12,7 @@ use std::sync::Arc;
 
 use crate::pool::PoolCore;
 use crate::work::Entry;
+use crate::workqueue::Completions;
 
 thread_local! {
     /// W: the pool this thread works for, if it is a worker.
@@ -24,6 +26,18 @@ thread_local! {
     /// W: items this worker took from its pool's worklist and has not started, oldest
     /// first (given back to the worklist when it blocks).
     pub(crate) static BATCH: RefCell<VecDeque<Entry>> = const { RefCell::new(VecDeque::new()) };
+    /// W: finished items whose accounting this worker holds (`workqueue/completions.rs`).
+    pub(crate) static COMPLETIONS: RefCell<Completions> = RefCell::new(Completions::default());
+}
+
+/// Accounts a finished (or dropped) item through the calling thread's held completions.
+pub(crate) fn complete(meta: crate::work::EntryMeta) {
+    COMPLETIONS.with(|c| c.borrow_mut().complete(meta.pwq, meta.colour));
+}
+
+/// Settles the calling thread's held completions.
+pub(crate) fn settle_completions() {
+    COMPLETIONS.with(|c| c.borrow_mut().settle());
 }
 
 /// The id of the workqueue whose item the calling thread is running (0: none).

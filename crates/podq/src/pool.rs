@@ -19,7 +19,7 @@ use crate::policy::{self, Kick, PoolLoad};
 use crate::stats::{PoolCounters, Recorder, WorkerCounters};
 use std::sync::Arc;
 
-use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
+use crate::context::{self, BATCH, BLOCKING_DEPTH, COMPLETIONS, WORKER_POOL};
 use crate::sync::Ordering::SeqCst;
 use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard};
 use crate::work::{Entry, EntryMeta, Start, Task};
@@ -268,8 +268,14 @@ impl PoolCore {
         self.kick();
     }
 
+    /// Appends activated items to the worklist in one acquisition, without a kick: the
+    /// caller kicks once it has released the pwq lock.
+    pub(crate) fn push_many(&self, entries: impl ExactSizeIterator<Item = Entry>) {
+        self.worklist.push_many(entries, &self.stats.enqueue_lock);
+    }
+
     /// Kicks the pool if the counts read without the lock say so.
-    fn kick(self: &Arc<Self>) {
+    pub(crate) fn kick(self: &Arc<Self>) {
         // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit
         // (their write, a fence, then the length).
         fence(SeqCst);
@@ -391,6 +397,9 @@ impl PoolCore {
     /// another worker may be woken or started for them.
     fn enter_blocking(self: &Arc<Self>) {
         BATCH.with(|b| self.worklist.push_front_all(&mut b.borrow_mut()));
+        // What this item waits for may need the slots, or the flush accounting, of
+        // items this worker finished before it.
+        context::settle_completions();
         let mut st = lock(&self.state);
         self.counts.running.fetch_sub(1, SeqCst);
         let action = self.kick_locked(&mut st);
@@ -468,6 +477,7 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         pool.stats.nice_failures.inc();
     }
     WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(pool)));
+    COMPLETIONS.with(|c| c.borrow_mut().set_deferring(true));
     let mut cpu_clock = thread_cpu_ns();
     if let Some(slot) = lock(&pool.state).slots[index].as_mut() {
         slot.thread = Some(thread::current());
@@ -480,6 +490,8 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
             spun = false;
             continue;
         }
+        // The batch is done: account its items before taking more or going idle.
+        context::settle_completions();
         if take_batch(pool, mine) {
             continue;
         }
@@ -519,6 +531,7 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     }
     let now = thread_cpu_ns();
     pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
+    COMPLETIONS.with(|c| c.borrow_mut().set_deferring(false));
     WORKER_POOL.with(|p| *p.borrow_mut() = None);
 }
 
@@ -626,7 +639,7 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) 
     let (work, mut seq) = match task {
         Task::Once(task) => {
             execute(pool, mine, &meta, 0, || task.run());
-            return meta.pwq.complete(meta.gen);
+            return context::complete(meta);
         }
         Task::Work { work, seq } => (work, seq),
     };
@@ -659,7 +672,7 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) 
     let addr = Arc::as_ptr(&work) as usize;
     loop {
         execute(pool, mine, &meta, addr, || work.run());
-        meta.pwq.complete(meta.gen);
+        context::complete(meta);
         loop {
             let Some(next) = work.state.finish() else {
                 return;
@@ -684,7 +697,7 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) 
 fn discard(meta: EntryMeta) {
     meta.pwq.pool.core.stats.items.cancelled.inc();
     meta.pwq.wq.counters.cancelled.inc();
-    meta.pwq.complete(meta.gen);
+    context::complete(meta);
 }
 
 /// Runs `f` for an entry on the calling worker of `pool`, with its accounting: into

@@ -11,6 +11,7 @@ use std::time::Instant;
 
 pub(crate) use state::{Start, WorkState, PENDING};
 
+use crate::workqueue::flush::Colour;
 use crate::workqueue::Pwq;
 use std::sync::Arc;
 
@@ -151,8 +152,8 @@ pub(crate) struct Entry {
 /// The accounting part of an [`Entry`].
 pub(crate) struct EntryMeta {
     pub(crate) pwq: Arc<Pwq>,
-    /// Flush generation (see `workqueue/flush.rs`).
-    pub(crate) gen: u64,
+    /// Flush colour (see `workqueue/flush.rs`).
+    pub(crate) colour: Colour,
     /// The CPU of the queueing thread, in the workqueue's topology.
     #[cfg_attr(not(feature = "stats"), allow(dead_code))]
     pub(crate) queued_cpu: usize,

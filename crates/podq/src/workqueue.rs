@@ -12,11 +12,13 @@
 //!
 //! Lock order (the crate docs give the whole graph): `config` → `table` → `pwqs` →
 //! `Pwq::state` → `NodeActive::pending` → pool lock; `config` → the pools registry.
-//! `FlushDomain::lock` is taken before `pwqs` and `Pwq::state`.
+//! A flusher holds `FlushDomain::serial` and `FlushDomain::lock` while it reads the
+//! pwqs' in-flight counts (atomics: no pwq lock).
 
 mod apply;
 mod broadcast;
 mod builder;
+mod completions;
 #[cfg(feature = "control")]
 mod control;
 pub(crate) mod flush;
@@ -28,6 +30,7 @@ mod teardown;
 
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
+pub(crate) use completions::Completions;
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
 
@@ -55,7 +58,7 @@ use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
 use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
-use flush::{FlushDomain, InFlight};
+use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
 
 thread_local! {
@@ -164,7 +167,7 @@ pub(crate) struct WqShared {
     pwqs: Mutex<Vec<Arc<Pwq>>>,
     /// I (contents A/N): per-node active counters, fallback last.
     nodes: Vec<NodeActive<Arc<Pwq>>>,
-    /// A/F: flush generations.
+    /// A/F/Z: flush generations.
     flush: FlushDomain,
     /// A: drain calls in progress (`SeqCst`: pairs with the load in `check_accepting`;
     /// with the pwq lock both take, either a queue call sees the drain or the drain
@@ -190,6 +193,16 @@ pub(crate) struct Pwq {
     pub(crate) pool: Arc<Pool>,
     /// I: index of its node counter in `wq.nodes`.
     node: usize,
+    /// A: items in flight (inactive, active, running) by flush colour, whether it is
+    /// in the current table, and whether it retired (then queue calls that find it
+    /// retry); see `flush.rs`.
+    in_flight: InFlight,
+    /// A: new items must take the pwq lock: it has inactive items, is plugged or is
+    /// on its node's pending list. Stored (`SeqCst`) under the pwq lock whenever one of
+    /// those changes; a queuer that loads it clear skips the lock and only tries a
+    /// node slot — it cannot overtake an item whose queue call returned before its own
+    /// began, since that item's store of the gate happened before the load.
+    gate: AtomicBool,
     /// P: the pwq lock.
     state: Mutex<PwqState>,
 }
@@ -198,16 +211,10 @@ pub(crate) struct Pwq {
 struct PwqState {
     /// Items waiting for an active slot, FIFO.
     inactive: VecDeque<Entry>,
-    /// Items in flight by flush generation (inactive, active, running).
-    in_flight: InFlight,
     /// On its node's pending list.
     on_pending: bool,
     /// Ordered workqueues: may not activate until older pwqs are gone.
     plugged: bool,
-    /// In the current table.
-    current: bool,
-    /// Retired: removed from `wq.pwqs`; queue calls that find it retry.
-    dead: bool,
 }
 
 impl fmt::Debug for Workqueue {
@@ -531,120 +538,128 @@ impl WqShared {
         from_timer: bool,
     ) -> Result<(), Task> {
         let queued_cpu = cpu::current_cpu();
-        loop {
+        // The table stays read-locked until the item is on its way: it keeps the pwq and
+        // its pool alive without another reference count per item.
+        let mut table;
+        let (pwq, colour) = loop {
             if self.destroyed.load(SeqCst) || (!from_timer && self.check_accepting().is_err()) {
                 return Err(task);
             }
-            let Some(pwq) = self.pick_pwq(cpu, queued_cpu) else {
+            table = read(&self.table);
+            let Some(pwq) = Self::pick_pwq(&table, cpu, queued_cpu) else {
                 return Err(task);
             };
-            let mut st = lock(&pwq.state);
-            if st.dead {
-                // Retired between the table read and the lock: the table has moved on.
-                continue;
+            if let Some(colour) = pwq.count_in() {
+                break (pwq, colour);
             }
-            let gen = self.flush.current();
-            st.in_flight.add(gen);
-            self.counters.queued.inc();
-            pwq.pool.core.stats.items.queued.inc();
-            let entry = Entry {
-                task,
-                meta: EntryMeta {
-                    pwq: Arc::clone(&pwq),
-                    gen,
-                    queued_cpu,
-                    #[cfg(feature = "stats")]
-                    queued_at: crate::stats::sample_stamp(),
-                },
-            };
-            let node = &self.nodes[pwq.node];
-            let admit = policy::admit(st.queue(), || node.try_inc());
-            match admit.admission {
-                Admission::Activate => {
-                    drop(st);
-                    pwq.pool.core.push(entry);
-                }
-                Admission::Wait => {
-                    self.counters.max_active_waits.inc();
-                    pwq.pool.core.stats.items.max_active_waits.inc();
-                    st.inactive.push_back(entry);
-                    let join_pending = admit.join_pending;
-                    if join_pending {
-                        st.on_pending = true;
-                        node.push_pending(Arc::clone(&pwq));
-                    }
-                    drop(st);
-                    if join_pending {
-                        // A slot may have been freed between our failed try and joining
-                        // the pending list; its releaser may not have seen us.
-                        self.activate(node);
-                    }
-                }
-            }
+            // Retired between the table read and the count: the table has moved on.
+            drop(table);
+        };
+        self.counters.queued.inc();
+        let pool = &pwq.pool.core;
+        pool.stats.items.queued.inc();
+        let node = &self.nodes[pwq.node];
+        let entry = Entry {
+            task,
+            meta: EntryMeta {
+                pwq: Arc::clone(pwq),
+                colour,
+                queued_cpu,
+                #[cfg(feature = "stats")]
+                queued_at: crate::stats::sample_stamp(),
+            },
+        };
+        if !pwq.gate.load(SeqCst) && node.try_inc() {
+            pool.push(entry);
             return Ok(());
         }
+        let mut st = lock(&pwq.state);
+        let admit = policy::admit(st.queue(), || node.try_inc());
+        match admit.admission {
+            Admission::Activate => {
+                drop(st);
+                pool.push(entry);
+            }
+            Admission::Wait => {
+                self.counters.max_active_waits.inc();
+                pool.stats.items.max_active_waits.inc();
+                st.inactive.push_back(entry);
+                let join_pending = admit.join_pending;
+                if join_pending {
+                    st.on_pending = true;
+                    node.push_pending(Arc::clone(pwq));
+                }
+                pwq.set_gate(&st);
+                drop(st);
+                if join_pending {
+                    drop(table);
+                    // A slot may have been freed between our failed try and joining
+                    // the pending list; its releaser may not have seen us.
+                    self.activate(node);
+                }
+            }
+        }
+        Ok(())
     }
 
     /// The pwq for a queue call: that of `cpu` if usable, else of the selected CPU.
-    fn pick_pwq(&self, cpu: Option<usize>, local: usize) -> Option<Arc<Pwq>> {
-        let table = read(&self.table);
+    fn pick_pwq(table: &Table, cpu: Option<usize>, local: usize) -> Option<&Arc<Pwq>> {
         let has_pwq = |c: usize| table.cpu_pwq.get(c).is_some_and(Option::is_some);
         let pick = policy::pick_pwq(cpu, has_pwq, local, &table.unbound, RR_LAST.with(Cell::get));
         if let Some(rr) = pick.rr_last {
             RR_LAST.with(|r| r.set(Some(rr)));
         }
         match pick.pwq {
-            PwqChoice::Cpu(c) => table.cpu_pwq[c].clone(),
-            PwqChoice::Default => table.dfl.clone(),
+            PwqChoice::Cpu(c) => table.cpu_pwq[c].as_ref(),
+            PwqChoice::Default => table.dfl.as_ref(),
         }
     }
 
     /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
-    /// serving pwqs round-robin.
+    /// serving pwqs round-robin in turns (`policy::activation`).
     fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
-        loop {
-            let Some(pwq) = node.take_pending() else {
-                return;
-            };
+        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN) {
             let mut st = lock(&pwq.state);
-            match policy::activation(st.queue()) {
+            let count = match policy::activation(st.queue(), slots) {
                 Activation::Leave => {
                     st.on_pending = false;
-                    drop(st);
-                    node.release();
+                    0
                 }
-                Activation::Take { requeue } => {
-                    let entry = st.inactive.pop_front().expect("activation takes an item");
+                Activation::Take { count, requeue } => {
                     if requeue {
                         node.push_pending(Arc::clone(&pwq));
                     } else {
                         st.on_pending = false;
                     }
-                    drop(st);
-                    pwq.pool.core.push(entry);
+                    pwq.pool.core.push_many(st.inactive.drain(..count));
+                    count
                 }
+            };
+            pwq.set_gate(&st);
+            drop(st);
+            if count < slots {
+                node.release(slots - count);
+            }
+            if count > 0 {
+                pwq.pool.core.kick();
             }
         }
     }
 
     fn flush(&self) {
-        // Every item queued before this call sits on a pwq that is on the list now (new
-        // pwqs join the list before the table points at them; a pwq leaves it only when
-        // empty), so one snapshot suffices. It is dropped outside the flush lock: it may
-        // hold the last reference to a retired pwq.
-        let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
-        self.flush.flush(|gen| {
-            pwqs.iter()
-                .all(|p| lock(&p.state).in_flight.clear_up_to(gen))
-        });
+        // The list is read after the flush took its colour: an item counted in that
+        // colour sits on a pwq that joined the list before the table pointed at it,
+        // so before the item's queue call read the table; a pwq leaves the list only
+        // once empty. Reading it under the lock takes no reference to drop.
+        self.flush
+            .flush(|colour| lock(&self.pwqs).iter().all(|p| p.in_flight.clear(colour)));
     }
 
     fn drain(&self) {
         self.draining.fetch_add(1, SeqCst);
         loop {
             self.flush();
-            let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
-            if pwqs.iter().all(|p| lock(&p.state).in_flight.is_empty()) {
+            if lock(&self.pwqs).iter().all(|p| p.in_flight.is_empty()) {
                 break;
             }
         }
@@ -751,21 +766,67 @@ impl PwqState {
 }
 
 impl Pwq {
-    /// An active item of this pwq finished or was dropped (`pwq_dec_nr_in_flight`):
-    /// frees its slot, lets waiting items in, updates flush generations and retires
-    /// the pwq once it is empty and no longer current.
-    pub(crate) fn complete(self: Arc<Self>, gen: u64) {
-        let wq = Arc::clone(&self.wq);
-        let node = &wq.nodes[self.node];
-        node.release();
-        wq.activate(node);
-        let mut st = lock(&self.state);
-        let advanced = st.in_flight.remove(gen);
-        let retire = st.in_flight.is_empty() && !st.current && !st.dead;
-        if retire {
-            st.dead = true;
+    /// A pwq of `wq` on `pool`, in the current table from the start.
+    fn new(wq: Arc<WqShared>, pool: Arc<Pool>, node: usize, plugged: bool) -> Pwq {
+        Pwq {
+            wq,
+            pool,
+            node,
+            in_flight: InFlight::default(),
+            gate: AtomicBool::new(plugged),
+            state: Mutex::new(PwqState {
+                inactive: VecDeque::new(),
+                on_pending: false,
+                plugged,
+            }),
         }
-        drop(st);
+    }
+
+    /// Stores the gate from the state (call under the pwq lock after changing it).
+    fn set_gate(&self, st: &PwqState) {
+        let gate = !st.inactive.is_empty() || st.plugged || st.on_pending;
+        self.gate.store(gate, SeqCst);
+    }
+
+    /// Counts a new item in flight in the current flush colour; `None` if the pwq has
+    /// retired. A flush that moves the colour between the read and the count makes the
+    /// count go again (`flush.rs`).
+    fn count_in(self: &Arc<Self>) -> Option<Colour> {
+        let flush = &self.wq.flush;
+        loop {
+            let gen = flush.current();
+            let colour = FlushDomain::colour(gen);
+            if !self.in_flight.add(colour, 1) {
+                return None;
+            }
+            if flush.still(gen) {
+                return Some(colour);
+            }
+            let mut undo = [0; 2];
+            undo[colour.index()] = 1;
+            Arc::clone(self).uncount(undo);
+        }
+    }
+
+    /// Active items of this pwq finished or were dropped (`pwq_dec_nr_in_flight`),
+    /// `done[c]` of colour `c`: frees their slots, lets waiting items in, and updates
+    /// the in-flight counts (`uncount`).
+    pub(crate) fn complete(self: Arc<Self>, done: [u64; 2]) {
+        let node = &self.wq.nodes[self.node];
+        node.release((done[0] + done[1]) as usize);
+        self.wq.activate(node);
+        self.uncount(done);
+    }
+
+    /// Uncounts items in flight; wakes flushers when a colour cleared, and retires the
+    /// pwq once it is empty and no longer current.
+    fn uncount(self: Arc<Self>, done: [u64; 2]) {
+        let left = self.in_flight.remove(done);
+        let retire = left.retired;
+        if !retire && !left.cleared {
+            return;
+        }
+        let wq = Arc::clone(&self.wq);
         if retire {
             lock(&wq.pwqs).retain(|p| !Arc::ptr_eq(p, &self));
         }
@@ -775,8 +836,14 @@ impl Pwq {
         if retire {
             wq.unplug_oldest();
         }
-        if advanced {
-            wq.flush.advanced();
+        if left.cleared {
+            wq.flush.cleared();
         }
+    }
+
+    /// Leaves the table (an attribute change or teardown, under `pwqs`): retires it at
+    /// once if empty, and says whether it did.
+    fn leave_table(&self) -> bool {
+        self.in_flight.leave()
     }
 }

@@ -56,6 +56,17 @@ impl<T> Worklist<T> {
         self.len.fetch_add(1, SeqCst);
     }
 
+    /// Appends items in one acquisition (activation's turn).
+    pub(crate) fn push_many(&self, batch: impl ExactSizeIterator<Item = T>, how: &impl Acquire) {
+        let n = batch.len();
+        if n == 0 {
+            return;
+        }
+        let mut items = how.acquire(&self.items);
+        items.extend(batch);
+        self.len.fetch_add(n, SeqCst);
+    }
+
     /// Puts `batch` back in front, in its order: items a worker took and has not
     /// started, given back when it blocks.
     pub(crate) fn push_front_all(&self, batch: &mut VecDeque<T>) {

@@ -2,13 +2,11 @@
 //! the plan (prepare, then commit; see `workqueue/README.md`), and `max_active`
 //! changes, which only move the node limits.
 
-use std::collections::VecDeque;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
-use super::flush::InFlight;
 use super::registry::{default_scope, pools, NEXT_POOL_ID};
-use super::{read, write, Config, Pwq, PwqState, Released, Table, WqShared};
+use super::{read, write, Config, Pwq, Released, Table, WqShared};
 use crate::attrs::{self, PoolKey};
 use crate::auto::{self, AutoRun};
 use crate::policy;
@@ -112,19 +110,12 @@ impl WqShared {
                 let node = planned
                     .node
                     .map_or(self.nodes.len() - 1, |n| self.node_index[n]);
-                let pwq = Arc::new(Pwq {
-                    wq: Arc::clone(self),
-                    pool: self.pool_for(&planned.key),
+                let pwq = Arc::new(Pwq::new(
+                    Arc::clone(self),
+                    self.pool_for(&planned.key),
                     node,
-                    state: Mutex::new(PwqState {
-                        inactive: VecDeque::new(),
-                        in_flight: InFlight::default(),
-                        on_pending: false,
-                        plugged: plan.plugged,
-                        current: true,
-                        dead: false,
-                    }),
-                });
+                    plan.plugged,
+                ));
                 fresh.push(Arc::clone(&pwq));
                 pwq
             })
@@ -157,23 +148,22 @@ impl WqShared {
         {
             let mut list = lock(&self.pwqs);
             list.retain(|p| {
-                let mut st = lock(&p.state);
-                st.current = in_new(p);
-                if !st.current && st.in_flight.is_empty() {
-                    st.dead = true;
+                if in_new(p) {
+                    return true;
+                }
+                if p.leave_table() {
                     retired.push(Arc::clone(p));
+                    return false;
                 }
-                if !st.current && !st.dead {
-                    let known = cfg
-                        .retired
-                        .iter()
-                        .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
-                    if !known {
-                        cfg.retired
-                            .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
-                    }
+                let known = cfg
+                    .retired
+                    .iter()
+                    .any(|(w, _)| std::ptr::eq(w.as_ptr(), Arc::as_ptr(p)));
+                if !known {
+                    cfg.retired
+                        .push((Arc::downgrade(p), Arc::clone(&p.pool.core)));
                 }
-                !st.dead
+                true
             });
         }
         cfg.retired.retain(|(w, _)| w.strong_count() > 0);
@@ -236,6 +226,7 @@ impl WqShared {
             st.on_pending = true;
             node.push_pending(Arc::clone(&oldest));
         }
+        oldest.set_gate(&st);
         drop(st);
         self.activate(node);
     }

@@ -1,96 +1,196 @@
-//! Flush generations: which items a `flush()` must wait for. Protocol:
-//! `workqueue/README.md`.
+//! Flush colours and in-flight accounting on atomics: which items a `flush()` must wait
+//! for, and when a retired pwq is empty. Protocol: `workqueue/README.md` ("Flush").
 //!
-//! Legend: A atomic (ordering and pair named at each use); F guarded by
-//! `FlushDomain::lock`; P guarded by the owning pwq's lock (the caller holds it).
+//! Legend: A atomic (ordering and pair named at each field); F guarded by
+//! `FlushDomain::lock`; Z guarded by `FlushDomain::serial` (one flusher at a time).
 
-use std::collections::VecDeque;
+use crate::sync::{
+    fence, lock, wait, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering::SeqCst,
+};
 
-use crate::sync::{lock, wait, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering::SeqCst};
+/// One of the two flush colours; an item takes the colour of the generation it was
+/// queued in (`gen & 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Colour(u8);
 
-/// In-flight item counts of one pool_workqueue, by flush generation (P).
-///
-/// Generations are read under the pwq lock and the wq generation only grows, so they
-/// arrive in non-decreasing order: the deque stays sorted, and its front is the oldest
-/// generation with an item in flight. Its capacity is reused, so steady-state queueing
-/// does not allocate.
-#[derive(Debug, Default)]
+impl Colour {
+    fn of(gen: u64) -> Colour {
+        Colour((gen & 1) as u8)
+    }
+
+    fn shift(self) -> u32 {
+        32 * u32::from(self.0)
+    }
+
+    pub(crate) fn index(self) -> usize {
+        usize::from(self.0)
+    }
+}
+
+/// Set once a pwq retired: only from an all-zero word, so a retired pwq never again
+/// counts an item (a queuer that finds it undoes its add and retries).
+const DEAD: u64 = 1 << 63;
+/// One colour's count: 31 bits, with a guard bit above colour 0's.
+const COUNT: u64 = (1 << 31) - 1;
+
+/// In-flight items of one pwq by colour, and its retirement.
+#[derive(Debug)]
 pub(crate) struct InFlight {
-    /// P: (generation, items) pairs, ascending, no zero count at the front.
-    counts: VecDeque<(u64, u64)>,
+    /// A: bits 0–30 colour 0, bits 32–62 colour 1, bit 63 [`DEAD`]. Every access is
+    /// `SeqCst`, with a `SeqCst` fence between a write and the read it pairs with: a
+    /// queuer's add, then its re-read of the generation, against a flusher's bump of
+    /// it, then its loads of this word ([`FlushDomain::gen`]); a removal, then its load
+    /// of `flushers` or of `current`, against a flusher's increment of `flushers`, then
+    /// its loads of this word, or [`InFlight::leave`]'s store of `current`, then its
+    /// retirement attempt. In each pair at least one side sees the other.
+    word: AtomicU64,
+    /// A: the pwq is in the current table (see `word` for its pair).
+    current: AtomicBool,
+}
+
+impl Default for InFlight {
+    fn default() -> Self {
+        InFlight {
+            word: AtomicU64::new(0),
+            current: AtomicBool::new(true),
+        }
+    }
+}
+
+/// What a removal did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Left {
+    /// A colour the removal counted down reached zero: a flusher may be done.
+    pub(crate) cleared: bool,
+    /// It emptied a pwq that had left the table, and retired it (exactly one removal
+    /// or [`InFlight::leave`] does).
+    pub(crate) retired: bool,
 }
 
 impl InFlight {
-    /// An item of generation `gen` was queued.
-    pub(crate) fn add(&mut self, gen: u64) {
-        match self.counts.back_mut() {
-            Some((g, n)) if *g == gen => *n += 1,
-            _ => self.counts.push_back((gen, 1)),
+    /// Counts `n` items of `colour`. Returns false, counting nothing, if the pwq has
+    /// retired.
+    pub(crate) fn add(&self, colour: Colour, n: u64) -> bool {
+        let step = n << colour.shift();
+        let before = self.word.fetch_add(step, SeqCst);
+        if before & DEAD != 0 {
+            self.word.fetch_sub(step, SeqCst);
+            return false;
         }
+        true
     }
 
-    /// An item of generation `gen` finished (or was dropped). Returns whether the
-    /// oldest generation in flight changed, i.e. whether a flusher may be done.
-    pub(crate) fn remove(&mut self, gen: u64) -> bool {
-        if let Some((_, n)) = self.counts.iter_mut().find(|(g, _)| *g == gen) {
-            *n -= 1;
-        }
-        let mut advanced = false;
-        while self.counts.front().is_some_and(|&(_, n)| n == 0) {
-            self.counts.pop_front();
-            advanced = true;
-        }
-        advanced
+    /// Uncounts items that finished (or were dropped, or whose queueing was undone):
+    /// `done[c]` of colour `c`. Retires the pwq if that emptied it and it has left the
+    /// table.
+    pub(crate) fn remove(&self, done: [u64; 2]) -> Left {
+        let step = done[0] | (done[1] << 32);
+        let after = self.word.fetch_sub(step, SeqCst) - step;
+        let cleared = (0..2).any(|c| done[c] > 0 && (after >> (32 * c)) & COUNT == 0);
+        let retired = after == 0
+            && {
+                // Between the removal and the load of `current`: see `word`.
+                fence(SeqCst);
+                !self.current.load(SeqCst)
+            }
+            && self.try_retire();
+        Left { cleared, retired }
     }
 
-    /// Whether no item of generation `gen` or older is in flight.
-    pub(crate) fn clear_up_to(&self, gen: u64) -> bool {
-        self.counts.front().map_or(true, |&(g, _)| g > gen)
+    /// The pwq leaves the table (an attribute change or teardown); retires it at once
+    /// if nothing is in flight. Returns whether it did.
+    pub(crate) fn leave(&self) -> bool {
+        self.current.store(false, SeqCst);
+        // Between the store and the retirement attempt: see `word`.
+        fence(SeqCst);
+        self.try_retire()
+    }
+
+    /// Retires the pwq if nothing is in flight (`CAS 0 → DEAD`): exactly one caller
+    /// succeeds.
+    fn try_retire(&self) -> bool {
+        self.word.compare_exchange(0, DEAD, SeqCst, SeqCst).is_ok()
+    }
+
+    /// Whether no item of `colour` is in flight.
+    pub(crate) fn clear(&self, colour: Colour) -> bool {
+        (self.word.load(SeqCst) >> colour.shift()) & COUNT == 0
     }
 
     /// Whether nothing is in flight.
     pub(crate) fn is_empty(&self) -> bool {
-        self.counts.is_empty()
+        self.word.load(SeqCst) & !DEAD == 0
     }
 }
 
 /// The flush state of one workqueue.
 #[derive(Debug, Default)]
 pub(crate) struct FlushDomain {
-    /// A: the current generation; items take it when queued (read under their pwq
-    /// lock), a flush advances it (`SeqCst`, no pair needed beyond the pwq locks).
+    /// A: the generation; its low bit is the colour new items take. Only a flusher
+    /// bumps it (`SeqCst`, under `serial`). A queuer reads it, adds its item to the
+    /// pwq's [`InFlight`] and reads it again (`SeqCst`); if it moved, it undoes the add
+    /// and retries. So an item is counted in the colour of a generation that was
+    /// still current after its add: the flusher's bump, then its loads of the counts,
+    /// see that add.
     gen: AtomicU64,
+    /// Z: serialises flushers, so that a colour is reused only after every item of
+    /// its previous use finished.
+    serial: Mutex<()>,
     /// A: flushers waiting. Incremented (`SeqCst`) before a flusher's first check and
-    /// read (`SeqCst`) by completions after they update a pwq; the pwq lock orders the
-    /// two, so a completion either sees the flusher or the flusher sees it.
+    /// read (`SeqCst`) by completions after their remove: either a completion sees the
+    /// flusher or the flusher's check sees the completion.
     flushers: AtomicUsize,
     /// F: serialises checks against notifications.
     lock: Mutex<()>,
-    /// F: signalled when some pwq's oldest generation advanced while flushers wait.
+    /// F: signalled when a colour count reached zero while a flusher waits.
     cv: Condvar,
 }
 
 impl FlushDomain {
-    /// The generation a newly queued item takes (call under the pwq lock).
+    /// The generation a newly queued item tries to take.
     pub(crate) fn current(&self) -> u64 {
         self.gen.load(SeqCst)
     }
 
-    /// Waits until `all_clear(gen)` holds, where `gen` is the generation of every item
-    /// queued before this call; later items take a newer generation.
-    pub(crate) fn flush(&self, all_clear: impl Fn(u64) -> bool) {
-        let gen = self.gen.fetch_add(1, SeqCst);
+    /// The colour of generation `gen`.
+    pub(crate) fn colour(gen: u64) -> Colour {
+        Colour::of(gen)
+    }
+
+    /// Whether generation `gen` is still current (a queuer's check after its add).
+    pub(crate) fn still(&self, gen: u64) -> bool {
+        // Between the add and this load: see `InFlight::word`.
+        fence(SeqCst);
+        self.gen.load(SeqCst) == gen
+    }
+
+    /// Whether a flusher waits (completions deferred by a worker settle at once then).
+    pub(crate) fn waited_on(&self) -> bool {
+        self.flushers.load(SeqCst) > 0
+    }
+
+    /// Waits until `clear(colour)` holds for the colour of every item queued before
+    /// this call; later items take the other colour.
+    pub(crate) fn flush(&self, clear: impl Fn(Colour) -> bool) {
+        let _one = lock(&self.serial);
+        // Every earlier flusher returned: items of older generations have finished,
+        // and the colour about to be waited for holds only this generation's items.
+        let colour = Colour::of(self.gen.fetch_add(1, SeqCst));
         self.flushers.fetch_add(1, SeqCst);
+        // Between the writes and the loads of the counts: see `InFlight::word`.
+        fence(SeqCst);
         let mut guard = lock(&self.lock);
-        while !all_clear(gen) {
+        while !clear(colour) {
             guard = wait(&self.cv, guard);
         }
         drop(guard);
         self.flushers.fetch_sub(1, SeqCst);
     }
 
-    /// Called after a pwq's oldest generation advanced (outside the pwq lock).
-    pub(crate) fn advanced(&self) {
+    /// Called after a removal cleared a colour (see [`Left::cleared`]).
+    pub(crate) fn cleared(&self) {
+        // Between the removal and this load: see `InFlight::word`.
+        fence(SeqCst);
         if self.flushers.load(SeqCst) > 0 {
             drop(lock(&self.lock));
             self.cv.notify_all();
@@ -103,18 +203,46 @@ mod tests {
     use super::*;
 
     #[test]
-    fn generations_track_the_oldest() {
-        let mut f = InFlight::default();
-        assert!(f.clear_up_to(0));
-        f.add(1);
-        f.add(1);
-        f.add(3);
-        assert!(!f.clear_up_to(1));
-        assert!(!f.remove(3), "a younger item finishing changes nothing");
-        assert!(!f.remove(1));
-        assert!(f.remove(1), "the oldest generation emptied");
-        assert!(f.clear_up_to(5));
+    fn colours_count_apart_and_retirement_closes_the_word() {
+        let f = InFlight::default();
+        let (c0, c1) = (Colour::of(4), Colour::of(7));
+        assert!(f.clear(c0) && f.is_empty());
+        assert!(f.add(c0, 2));
+        assert!(f.add(c1, 1));
+        let left = |cleared, retired| Left { cleared, retired };
+        assert!(!f.leave(), "items in flight");
+        assert_eq!(f.remove([0, 1]), left(true, false));
+        assert!(f.clear(c1) && !f.clear(c0));
+        assert_eq!(f.remove([1, 0]), left(false, false));
+        assert_eq!(
+            f.remove([1, 0]),
+            left(true, true),
+            "the last item retires it"
+        );
+        assert!(!f.leave(), "retired once");
+        assert!(!f.add(c0, 1), "a retired pwq counts nothing");
+        let g = InFlight::default();
+        assert!(g.add(c0, 1));
+        assert_eq!(g.remove([1, 0]), left(true, false), "still in the table");
+        assert!(g.leave(), "an empty pwq retires as it leaves the table");
         assert!(f.is_empty());
+    }
+
+    #[test]
+    fn each_flush_takes_the_other_colour() {
+        let d = FlushDomain::default();
+        let first = FlushDomain::colour(d.current());
+        let waited = std::cell::Cell::new(None);
+        d.flush(|c| {
+            waited.set(Some(c));
+            true
+        });
+        assert_eq!(waited.get(), Some(first), "waits for the colour items took");
+        assert!(!d.still(0));
+        assert_ne!(FlushDomain::colour(d.current()), first);
+        d.flush(|_| true);
+        assert_eq!(FlushDomain::colour(d.current()), first);
+        assert!(!d.waited_on());
     }
 }
 
@@ -126,52 +254,61 @@ mod loom_tests {
     use loom::sync::atomic::AtomicBool;
     use loom::sync::Arc;
 
+    /// The queue side as `Pwq::count_in`: take the generation, add, re-check, undo and
+    /// retry if a flush moved it.
+    fn count_in(domain: &FlushDomain, pwq: &InFlight) -> Colour {
+        loop {
+            let gen = domain.current();
+            let colour = FlushDomain::colour(gen);
+            assert!(pwq.add(colour, 1));
+            if domain.still(gen) {
+                return colour;
+            }
+            let mut done = [0; 2];
+            done[colour.index()] = 1;
+            if pwq.remove(done).cleared {
+                domain.cleared();
+            }
+        }
+    }
+
+    fn complete(domain: &FlushDomain, pwq: &InFlight, colour: Colour) {
+        let mut done = [0; 2];
+        done[colour.index()] = 1;
+        if pwq.remove(done).cleared {
+            domain.cleared();
+        }
+    }
+
     /// Two pwqs; an item queued on each before the flush; completions race with the
     /// flusher (no lost wake-up: loom reports a deadlock otherwise), and the flush never
-    /// returns before both earlier items are done.
+    /// returns before both earlier items are done. A third item is queued while the
+    /// flush starts (either side of it is right) and completes like any other.
     #[test]
     fn loom_flush_waits_exactly_for_earlier_items() {
         loom::model(|| {
             let domain = Arc::new(FlushDomain::default());
-            let pwqs: Arc<[Mutex<InFlight>; 2]> = Arc::new(Default::default());
+            let pwqs: Arc<[InFlight; 2]> = Arc::new(Default::default());
             let done = Arc::new([AtomicBool::new(false), AtomicBool::new(false)]);
-            let mut gens = [0; 2];
-            for (i, g) in gens.iter_mut().enumerate() {
-                let mut st = lock(&pwqs[i]);
-                *g = domain.current();
-                st.add(*g);
-            }
+            let colours: Vec<Colour> = (0..2).map(|i| count_in(&domain, &pwqs[i])).collect();
             let completers: Vec<_> = (0..2)
                 .map(|i| {
                     let (domain, pwqs, done) = (domain.clone(), pwqs.clone(), done.clone());
-                    let gen = gens[i];
+                    let colour = colours[i];
                     loom::thread::spawn(move || {
                         done[i].store(true, SeqCst);
-                        let advanced = lock(&pwqs[i]).remove(gen);
-                        if advanced {
-                            domain.advanced();
-                        }
+                        complete(&domain, &pwqs[i], colour);
                     })
                 })
                 .collect();
-            // An item queued while the flush starts: it may fall on either side of the
-            // flush's generation, and completes later like any item.
             let late = {
                 let (domain, pwqs) = (domain.clone(), pwqs.clone());
                 loom::thread::spawn(move || {
-                    let g = {
-                        let mut st = lock(&pwqs[0]);
-                        let g = domain.current();
-                        st.add(g);
-                        g
-                    };
-                    let advanced = lock(&pwqs[0]).remove(g);
-                    if advanced {
-                        domain.advanced();
-                    }
+                    let colour = count_in(&domain, &pwqs[0]);
+                    complete(&domain, &pwqs[0], colour);
                 })
             };
-            domain.flush(|gen| pwqs.iter().all(|p| lock(p).clear_up_to(gen)));
+            domain.flush(|c| pwqs.iter().all(|p| p.clear(c)));
             assert!(
                 done[0].load(SeqCst) && done[1].load(SeqCst),
                 "flush returned early"
@@ -180,6 +317,28 @@ mod loom_tests {
                 c.join().unwrap();
             }
             late.join().unwrap();
+            assert!(pwqs.iter().all(InFlight::is_empty));
+        });
+    }
+
+    /// A completion emptying a pwq races with an attribute change taking it out of
+    /// the table: the pwq retires exactly once, and a queuer that finds it retired
+    /// counts nothing there.
+    #[test]
+    fn loom_retired_once() {
+        loom::model(|| {
+            let pwq = Arc::new(InFlight::default());
+            let colour = FlushDomain::colour(0);
+            assert!(pwq.add(colour, 1));
+            let completer = {
+                let pwq = pwq.clone();
+                loom::thread::spawn(move || pwq.remove([1, 0]).retired)
+            };
+            let by_change = pwq.leave();
+            let by_completion = completer.join().unwrap();
+            assert!(by_change ^ by_completion, "retired exactly once");
+            assert!(!pwq.add(colour, 1));
+            assert!(pwq.is_empty());
         });
     }
 }

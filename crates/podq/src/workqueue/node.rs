@@ -52,21 +52,27 @@ impl<P> NodeActive<P> {
 
     /// Takes a slot if one is free (`policy::may_activate`).
     pub(crate) fn try_inc(&self) -> bool {
+        self.try_take(1) == 1
+    }
+
+    /// Takes up to `want` free slots (`policy::free_slots`); returns how many.
+    fn try_take(&self, want: usize) -> usize {
         let mut nr = self.nr.load(SeqCst);
         loop {
-            if !policy::may_activate(nr, self.max.load(SeqCst)) {
-                return false;
+            let take = policy::free_slots(nr, self.max.load(SeqCst)).min(want);
+            if take == 0 {
+                return 0;
             }
-            match self.nr.compare_exchange_weak(nr, nr + 1, SeqCst, SeqCst) {
-                Ok(_) => return true,
+            match self.nr.compare_exchange_weak(nr, nr + take, SeqCst, SeqCst) {
+                Ok(_) => return take,
                 Err(now) => nr = now,
             }
         }
     }
 
-    /// Frees a slot. The caller then calls its activation loop (`take_pending`).
-    pub(crate) fn release(&self) {
-        self.nr.fetch_sub(1, SeqCst);
+    /// Frees `n` slots. The caller then calls its activation loop (`take_pending`).
+    pub(crate) fn release(&self, n: usize) {
+        self.nr.fetch_sub(n, SeqCst);
     }
 
     /// Puts `p` at the end of the pending list. The caller then calls its activation
@@ -78,10 +84,10 @@ impl<P> NodeActive<P> {
         self.nr_pending.store(pending.len(), SeqCst);
     }
 
-    /// One step of activation (`node_activate_pending_pwq`): if something waits and a
-    /// slot is free, takes the slot and the first waiter, which the caller activates
-    /// (or gives the slot back with `release` if it has nothing to activate after all).
-    pub(crate) fn take_pending(&self) -> Option<P> {
+    /// One turn of activation (`node_activate_pending_pwq`): if something waits and a
+    /// slot is free, takes up to `want` slots and the first waiter, which the caller
+    /// activates (giving back with `release` the slots it does not use).
+    pub(crate) fn take_pending(&self, want: usize) -> Option<(P, usize)> {
         // Between the caller's write (`release` or `push_pending`) and this read: see
         // `nr_pending`.
         fence(SeqCst);
@@ -89,12 +95,16 @@ impl<P> NodeActive<P> {
             return None;
         }
         let mut pending = lock(&self.pending);
-        if pending.is_empty() || !self.try_inc() {
+        if pending.is_empty() {
             return None;
         }
-        let p = pending.pop_front();
+        let slots = self.try_take(want);
+        if slots == 0 {
+            return None;
+        }
+        let p = pending.pop_front()?;
         self.nr_pending.store(pending.len(), SeqCst);
-        p
+        Some((p, slots))
     }
 }
 
@@ -116,8 +126,8 @@ mod loom_tests {
             assert!(node.try_inc(), "the running item's slot");
             let activated = Arc::new(AtomicUsize::new(0));
             let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
-                while let Some(p) = node.take_pending() {
-                    assert_eq!(p, 7);
+                while let Some((p, slots)) = node.take_pending(4) {
+                    assert_eq!((p, slots), (7, 1));
                     assert!(node.nr.load(SeqCst) <= 1, "over max_active");
                     activated.fetch_add(1, SeqCst);
                 }
@@ -125,7 +135,7 @@ mod loom_tests {
             let completer = {
                 let (node, activated) = (node.clone(), activated.clone());
                 loom::thread::spawn(move || {
-                    node.release();
+                    node.release(1);
                     activate_all(&node, &activated);
                 })
             };

@@ -42,13 +42,11 @@ impl Drop for WqHandle {
         drop(old);
         let mut retiring: Vec<Arc<Pwq>> = Vec::new();
         lock(&wq.pwqs).retain(|pwq| {
-            let mut st = lock(&pwq.state);
-            st.current = false;
-            st.dead = st.in_flight.is_empty();
-            if st.dead {
+            let retired = pwq.leave_table();
+            if retired {
                 retiring.push(Arc::clone(pwq));
             }
-            !st.dead
+            !retired
         });
         wq.unplug_oldest();
         let mut cores: Vec<Arc<PoolCore>> =

@@ -1,0 +1,72 @@
+//! A worker's finished items not yet accounted: completions of one pwq, settled
+//! together — one release of their node slots with one activation pass, one update of
+//! the pwq's in-flight counts — instead of once per item. Protocol:
+//! `workqueue/README.md` ("Completion").
+//!
+//! Legend: W thread-private (it lives in the worker's thread-local, `context.rs`).
+
+use std::sync::Arc;
+
+use super::flush::Colour;
+use super::Pwq;
+
+/// Most completions a worker holds before settling them: it bounds the slots a worker
+/// keeps from waiting items while it runs the rest of its batch.
+const SETTLE_EVERY: u64 = 32;
+
+/// Completions held by one thread.
+#[derive(Default)]
+pub(crate) struct Completions {
+    /// W: the pwq of the held completions and how many of each colour.
+    held: Option<(Arc<Pwq>, [u64; 2])>,
+    /// W: whether this thread holds completions at all (a worker inside its loop);
+    /// elsewhere each one settles at once.
+    deferring: bool,
+}
+
+impl Completions {
+    /// Starts or stops holding completions (settling what is held when stopping).
+    pub(crate) fn set_deferring(&mut self, deferring: bool) {
+        if !deferring {
+            self.settle();
+        }
+        self.deferring = deferring;
+    }
+
+    /// An item of `pwq` with flush colour `colour` finished (or was dropped). Held
+    /// with the others of the same pwq; settled at once when this thread does not
+    /// defer, when a flusher waits, or when [`SETTLE_EVERY`] are held.
+    pub(crate) fn complete(&mut self, pwq: Arc<Pwq>, colour: Colour) {
+        let mut one = [0; 2];
+        one[colour.index()] = 1;
+        if !self.deferring {
+            return pwq.complete(one);
+        }
+        let held = match &mut self.held {
+            Some((p, done)) if Arc::ptr_eq(p, &pwq) => {
+                done[colour.index()] += 1;
+                done[0] + done[1]
+            }
+            _ => {
+                self.settle();
+                self.held = Some((pwq, one));
+                1
+            }
+        };
+        let flush_waits = self
+            .held
+            .as_ref()
+            .is_some_and(|(p, _)| p.wq.flush.waited_on());
+        if held >= SETTLE_EVERY || flush_waits {
+            self.settle();
+        }
+    }
+
+    /// Accounts every held completion now: before the worker takes a new batch,
+    /// blocks, goes idle or exits.
+    pub(crate) fn settle(&mut self) {
+        if let Some((pwq, done)) = self.held.take() {
+            pwq.complete(done);
+        }
+    }
+}
