@@ -263,7 +263,9 @@ mod tests {
         let old = old.display().to_string();
         let a = file(&dir, "a", &[("cpu", 1.0)]);
         let b = file(&dir, "b", &[("smt", 1.0)]);
-        let err = compare(&[old], std::slice::from_ref(&a)).unwrap_err().to_string();
+        let err = compare(&[old], std::slice::from_ref(&a))
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("schema_version 1"), "{err}");
         let err = compare(&[a], &[b]).unwrap_err().to_string();
         assert!(err.contains("no result in common"), "{err}");

@@ -305,6 +305,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let map = CpuMap::new(topology)?;
     let systems = systems_for(args, &map)?;
     let length = match (args.items, args.duration) {
+        // Counted runs: their wall time has no budget to overshoot.
+        (items, _) if args.workload == Workload::Throughput || args.workload == Workload::Scale => {
+            RunLength::Items(items.unwrap_or(throughput::DEFAULT_ITEMS))
+        }
+        (items, _) if args.workload == Workload::Memory => {
+            RunLength::Items(items.unwrap_or(memory::DEFAULT_ITEMS))
+        }
+        (_, window) if args.workload == Workload::Idle => {
+            RunLength::Duration(window.unwrap_or(IDLE_WINDOW))
+        }
         (Some(n), _) => RunLength::Items(n),
         (None, Some(d)) => RunLength::Duration(d),
         (None, None) if args.workload == Workload::Completion => {

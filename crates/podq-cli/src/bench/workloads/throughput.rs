@@ -14,7 +14,10 @@
 //!   peers, which accept every call, the benchmark adds the same rule around their
 //!   submit, as a user of a channel pool would write it: a flag per item, set by the
 //!   call that queues it (`swap`), cleared by the worker just before the item runs.
-//!   The comparison is then between executors that do the same thing per run.
+//!   The comparison is then between executors that do the same thing per run. A
+//!   producer whose whole pass over its items was coalesced yields its CPU
+//!   (`sched_yield`): spinning on, it would only keep the workers that share its CPU
+//!   from running, and the figure would be the scheduler's time slice.
 //!
 //! A tiny item bumps a counter owned by the thread that runs it (a load and a store on
 //! that thread's own cache line), so the items themselves share nothing: what is
@@ -431,12 +434,18 @@ fn producer(
         Mode::Work => {
             let (mut calls, mut accepted) = (0, 0);
             'calls: loop {
+                let before = accepted;
                 for work in &works {
                     if stop.load(Relaxed) {
                         break 'calls;
                     }
                     calls += 1;
                     accepted += u64::from(work.submit());
+                }
+                if accepted == before {
+                    // Every item is still pending: give the CPU to whoever runs them,
+                    // as an event source with nothing new would wait.
+                    std::thread::yield_now();
                 }
             }
             (calls, accepted)
