@@ -112,11 +112,12 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "both")]
     pub strict: StrictArg,
     /// Wall time of each measured run, e.g. 500ms, 2s, 1m; at most 1h [default: 1s;
-    /// completion 3s].
+    /// completion and idle 3s].
     #[arg(long, value_parser = parse_run_duration, allow_hyphen_values = true, conflicts_with = "items")]
     pub duration: Option<Duration>,
     /// Items per producer per run, instead of a duration, 1 to 10^12 (`throughput`
-    /// always runs a count: default 500000).
+    /// always runs a count: default 500000; `scale`: per real CPU, shared by the
+    /// producers; `memory`: items queued, default 1000000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000))]
     pub items: Option<u64>,
     /// Times each configuration runs; runs are interleaved across configurations.
