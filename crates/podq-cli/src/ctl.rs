@@ -29,7 +29,8 @@ enum Action {
         #[arg(long)]
         json: bool,
     },
-    /// Print one attribute (affinity_scope, affinity_strict, cpumask, max_active, nice).
+    /// Print one attribute (affinity_scope, affinity_strict, cpumask, max_active,
+    /// min_active, nice).
     Get {
         /// The workqueue.
         wq: String,
@@ -60,6 +61,17 @@ enum Action {
     Stats {
         /// Only this workqueue.
         wq: Option<String>,
+    },
+    /// Print the state of every visible workqueue, or of one (the kernel's
+    /// `show_workqueue_state`): its pool_workqueues (in flight, inactive, plugged,
+    /// references), its running items (label, thread, for how long) and its pools
+    /// (workers, idle, worklist, how long without progress).
+    Dump {
+        /// Only this workqueue.
+        wq: Option<String>,
+        /// Print JSON instead of text.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -96,6 +108,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             Request::Stats { queue: wq.clone() },
             "read the stats".to_owned(),
         ),
+        Action::Dump { wq, .. } => (
+            Request::Dump { queue: wq.clone() },
+            "dump the workqueue state".to_owned(),
+        ),
     };
     let client = args.target.connect()?;
     let reply = args
@@ -130,6 +146,18 @@ pub fn run(args: CtlArgs) -> Result<()> {
             serde_json::to_writer_pretty(&mut out, &stats)?;
             writeln!(out)?;
             warn_failures(&stats);
+        }
+        Action::Dump { json, .. } => {
+            let dumps = reply.dump.context("the server's reply has no dump")?;
+            // Names and labels come from the process: each line escaped, lines kept.
+            let text = if json {
+                serde_json::to_string_pretty(&dumps)? + "\n"
+            } else {
+                dumps.iter().map(ToString::to_string).collect()
+            };
+            for line in text.lines() {
+                writeln!(out, "{}", escape_controls(line))?;
+            }
         }
         _ => {
             let value = reply.value.context("the server's reply has no value")?;
@@ -172,6 +200,7 @@ fn typed(q: &QueueSummary) -> serde_json::Value {
         },
         "cpumask": q.cpumask,
         "max_active": number(&q.max_active),
+        "min_active": number(&q.min_active),
         "nice": number(&q.nice),
         "ordered": q.ordered,
     })
@@ -185,6 +214,7 @@ fn printable(queue: &QueueSummary) -> QueueSummary {
         &mut q.affinity_strict,
         &mut q.cpumask,
         &mut q.max_active,
+        &mut q.min_active,
         &mut q.nice,
     ] {
         *field = escape_controls(field).into_owned();
@@ -214,10 +244,11 @@ fn list_table(queues: &[QueueSummary]) -> String {
         "STRICT",
         "CPUMASK",
         "MAX_ACTIVE",
+        "MIN_ACTIVE",
         "NICE",
         "ORDERED",
     ];
-    let rows: Vec<[String; 7]> = queues
+    let rows: Vec<[String; 8]> = queues
         .iter()
         .map(|q| {
             [
@@ -226,6 +257,7 @@ fn list_table(queues: &[QueueSummary]) -> String {
                 q.affinity_strict.clone(),
                 q.cpumask.clone(),
                 q.max_active.clone(),
+                q.min_active.clone(),
                 q.nice.clone(),
                 if q.ordered { "yes" } else { "no" }.to_owned(),
             ]
@@ -243,15 +275,16 @@ mod tests {
         let q = |name: &str, scope: &str| -> QueueSummary {
             serde_json::from_value(serde_json::json!({
                 "name": name, "affinity_scope": scope, "affinity_strict": "0",
-                "cpumask": "3", "max_active": "256", "nice": "0", "ordered": false
+                "cpumask": "3", "max_active": "256", "min_active": "8", "nice": "0",
+                "ordered": false
             }))
             .unwrap()
         };
         let table = list_table(&[q("rpciod", "default (cache_shard)"), q("nfsiod", "numa")]);
         let want = "\
-NAME    AFFINITY_SCOPE         STRICT  CPUMASK  MAX_ACTIVE  NICE  ORDERED
-rpciod  default (cache_shard)       0        3         256     0  no
-nfsiod  numa                        0        3         256     0  no
+NAME    AFFINITY_SCOPE         STRICT  CPUMASK  MAX_ACTIVE  MIN_ACTIVE  NICE  ORDERED
+rpciod  default (cache_shard)       0        3         256           8     0  no
+nfsiod  numa                        0        3         256           8     0  no
 ";
         assert_eq!(table, want);
         let evil = printable(&q("a\x1b[2Jb", "numa\u{9b}1m"));

@@ -37,12 +37,14 @@ enum Command {
   podq topo --json > pods.json
   podq topo --capture my-machine.tar.gz")]
     Topo(topo::Args),
-    /// List a running process's workqueues, read or write their attributes.
+    /// List a running process's workqueues, read or write their attributes, dump their state.
     #[command(after_help = "Examples:
   podq ctl --pid 9464 list
   podq ctl --pid 9464 get rpciod affinity_scope
   podq ctl --pid 9464 set rpciod affinity_scope cpu
-  podq ctl --pid 9464 default-scope numa")]
+  podq ctl --pid 9464 set rpciod min_active 16
+  podq ctl --pid 9464 default-scope numa
+  podq ctl --pid 9464 dump rpciod        # pwqs, running items, pools (show_workqueue_state)")]
     Ctl(ctl::CtlArgs),
     /// Watch a running process's workqueues, CPUs and threads live.
     #[command(after_help = "Examples:

@@ -26,6 +26,7 @@ impl Target {
                 cpumask: CpuSet::first_n(2),
                 nice: 0,
                 max_active: 256,
+                min_active: 8,
                 ordered: false,
             },
             nr_cpu_ids: 2,
@@ -60,6 +61,7 @@ impl ControlTarget for Target {
             AttrValue::AffinityStrict(s) => q.attrs.strict = s,
             AttrValue::Cpumask(m) => q.attrs.cpumask = m,
             AttrValue::MaxActive(m) => q.attrs.max_active = m,
+            AttrValue::MinActive(m) => q.attrs.min_active = m,
             AttrValue::Nice(n) => q.attrs.nice = n,
         }
         Ok(())
@@ -138,6 +140,15 @@ fn fails<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], code: i32) -> 
     String::from_utf8(out.stderr).unwrap()
 }
 
+/// The arguments of `podq ctl --socket SOCK REST...`.
+fn ctl_args(sock: &str, rest: &[&str]) -> Vec<String> {
+    ["ctl", "--socket", sock]
+        .iter()
+        .chain(rest)
+        .map(|s| s.to_string())
+        .collect()
+}
+
 fn server(dir: &Path) -> ControlServer {
     ControlServer::builder()
         .path(dir.join("ctl.sock"))
@@ -150,13 +161,7 @@ fn ctl_reads_and_writes_attributes() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(dir.path());
     let sock = server.path().to_str().unwrap();
-    let ctl = |rest: &[&'static str]| -> Vec<String> {
-        ["ctl", "--socket", sock]
-            .iter()
-            .chain(rest)
-            .map(|s| s.to_string())
-            .collect()
-    };
+    let ctl = |rest: &[&str]| ctl_args(sock, rest);
 
     let list = ok(&ctl(&["list"]));
     assert!(list.starts_with("NAME"), "{list}");
@@ -167,6 +172,7 @@ fn ctl_reads_and_writes_attributes() {
     assert_eq!(json[1]["effective_scope"], "cache_shard");
     assert_eq!(json[1]["affinity_strict"], false);
     assert!(json[1]["max_active"].is_u64(), "{json}");
+    assert_eq!(json[1]["min_active"], 8, "{json}");
     assert!(json[1]["nice"].is_i64(), "{json}");
     assert!(json[1]["cpumask"].is_string(), "{json}");
 
@@ -187,6 +193,8 @@ fn ctl_reads_and_writes_attributes() {
     assert_eq!(ok(&ctl(&["set", "nfsiod", "cpumask", "2"])), "2\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "max_active", "4096"])), "2048\n");
     assert_eq!(ok(&ctl(&["set", "nfsiod", "nice", "-5"])), "-5\n");
+    assert_eq!(ok(&ctl(&["set", "nfsiod", "min_active", "4"])), "4\n");
+    assert_eq!(ok(&ctl(&["get", "nfsiod", "min_active"])), "4\n");
 
     assert_eq!(ok(&ctl(&["default-scope"])), "cache_shard\n");
     ok(&ctl(&["set", "rpciod", "affinity_scope", "default"]));
@@ -202,13 +210,7 @@ fn ctl_errors_exit_1_with_the_servers_message() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(dir.path());
     let sock = server.path().to_str().unwrap();
-    let ctl = |rest: &[&'static str]| -> Vec<String> {
-        ["ctl", "--socket", sock]
-            .iter()
-            .chain(rest)
-            .map(|s| s.to_string())
-            .collect()
-    };
+    let ctl = |rest: &[&str]| ctl_args(sock, rest);
     for (args, needle) in [
         (ctl(&["get", "nope", "nice"]), "unknown workqueue `nope`"),
         (
@@ -400,6 +402,21 @@ fn ctl_and_monitor_drive_real_workqueues() {
         1,
     );
     assert!(err.contains("invalid value `-21` for nice"), "{err}");
+    let dump = ok(&["ctl", "--socket", sock, "dump", "cli_rt"]);
+    assert!(
+        dump.starts_with("workqueue cli_rt: max_active 1024 min_active 8, 0 in flight\n"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("\n  pwq on pool ") && dump.contains("\n  pool "),
+        "{dump}"
+    );
+    let json: Value =
+        serde_json::from_str(&ok(&["ctl", "--socket", sock, "dump", "--json"])).unwrap();
+    assert_eq!(json[0]["name"], "cli_rt");
+    assert_eq!(json[0]["in_flight"], 0);
+    let err = fails(&["ctl", "--socket", sock, "dump", "nope"], 1);
+    assert!(err.contains("unknown workqueue `nope`"), "{err}");
     let lines = ok(&[
         "monitor", "--socket", sock, "-i", "0.1", "--count", "1", "--json", "cli_rt",
     ]);

@@ -59,9 +59,49 @@ impl DelayedWork {
         }
     }
 
+    /// As [`DelayedWork::new`], labelled as [`Work::named`].
+    pub fn named(label: impl Into<Arc<str>>, f: impl Fn() + Send + Sync + 'static) -> DelayedWork {
+        DelayedWork {
+            work: Work::named(label, f),
+            target: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// The label given by [`DelayedWork::named`].
+    pub fn label(&self) -> Option<&str> {
+        self.work.label()
+    }
+
     /// Whether it is on the timer or queued and not started.
     pub fn is_pending(&self) -> bool {
         self.work.is_pending()
+    }
+
+    /// Whether a worker runs it now ([`Work::is_running`]).
+    pub fn is_running(&self) -> bool {
+        self.work.is_running()
+    }
+
+    /// Whether it is disabled ([`DelayedWork::disable`]).
+    pub fn is_disabled(&self) -> bool {
+        self.work.is_disabled()
+    }
+
+    /// `disable_delayed_work`: takes it off the timer or the queue and refuses arming
+    /// until enabled, as [`Work::disable`]. Returns whether it was pending.
+    pub fn disable(&self) -> Result<bool, Error> {
+        self.work.disable()
+    }
+
+    /// `disable_delayed_work_sync`: [`DelayedWork::disable`], then waits for a running
+    /// instance, as [`Work::disable_sync`].
+    pub fn disable_sync(&self) -> Result<bool, Error> {
+        self.work.disable_sync()
+    }
+
+    /// `enable_delayed_work`: undoes one disable, as [`Work::enable`].
+    pub fn enable(&self) -> Result<bool, Error> {
+        self.work.enable()
     }
 
     /// `cancel_delayed_work`: takes it off the timer or the queue. Returns whether it

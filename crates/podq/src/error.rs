@@ -79,6 +79,36 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The `auto` scope asked of a build without the `stats` feature: `auto` chooses from
+    /// the statistics, which that build does not record, so it would never switch.
+    #[error("the `auto` scope needs podq's `stats` feature: it chooses from the statistics, which this build compiles out")]
+    AutoNeedsStats,
+    /// [`crate::Work::disable`] on an item already disabled as deep as it goes.
+    #[error("work item is disabled {max} times already: cannot disable it again")]
+    DisableDepth {
+        /// The deepest disable nesting.
+        max: u32,
+    },
+    /// [`crate::Work::enable`] on an item that is not disabled.
+    #[error("work item is not disabled: nothing to enable")]
+    NotDisabled,
+    /// A stall the watchdog found (told to error hooks, see [`crate::watchdog`]).
+    #[error("{0}")]
+    Stall(crate::watchdog::Stall),
+    /// A watchdog threshold below 1 ms.
+    #[error("invalid {what} threshold {threshold:?}: must be at least 1ms")]
+    InvalidWatchdogThreshold {
+        /// Which threshold (`stall`, `long-item`).
+        what: &'static str,
+        /// The requested value.
+        threshold: std::time::Duration,
+    },
+    /// A worker stack size of 0 bytes.
+    #[error("invalid stack size {bytes}: must be more than 0 bytes")]
+    InvalidStackSize {
+        /// The requested size.
+        bytes: usize,
+    },
     /// A workqueue name that is empty.
     #[error("workqueue name must not be empty")]
     EmptyName,

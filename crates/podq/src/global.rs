@@ -72,6 +72,17 @@ pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinH
     expect_default().spawn(f)
 }
 
+/// As [`spawn`], the item labelled `label` ([`crate::current`] reports it).
+///
+/// # Panics
+/// If the default workqueue cannot be built (see [`default_workqueue`]).
+pub fn spawn_named<T: Send + 'static>(
+    label: impl Into<std::sync::Arc<str>>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> JoinHandle<T> {
+    expect_default().spawn_named(label, f)
+}
+
 /// Queues `work` on the default workqueue ([`default_workqueue`]), on the pod of the
 /// calling CPU. Returns false if it was already pending or is being cancelled.
 ///

@@ -1,21 +1,39 @@
 //! `JoinHandle`: the result of a one-shot item, awaited by blocking or as a `Future`.
 //!
-//! A spawned item is one allocation: the closure, the result slot and the waiter live
-//! in one [`Spawned`] block, shared by the queue entry ([`OnceTask`]) and the handle.
-//! Completing it takes one uncontended lock and no system call unless someone waits.
+//! A spawned item is one allocation: the closure, the result and the waiter live in
+//! one [`Spawned`] block, shared by the queue entry ([`OnceTask`]) and the handle.
 //!
-//! Legend: D guarded by `Spawned::f` (taken once, by the entry's owner); O guarded by
-//! `Spawned::slot`.
+//! Protocol, on one state word (`TAKEN`, `DONE`, `WAITING`):
+//! 1. Running (or abandoning) starts with `fetch_or(TAKEN)`: the one caller that set
+//!    it owns the closure, so an item runs at most once and a dropped entry that never
+//!    ran completes the handle with "dropped without running" instead.
+//! 2. The owner writes the result, then `fetch_or(DONE)`; only if `WAITING` was set
+//!    does it lock the waiter and wake it. A completion nobody waits for takes no lock
+//!    and makes no system call.
+//! 3. The handle takes the result once it sees `DONE`. To wait, it stores its waiter
+//!    (thread or task waker) under the waiter lock, then `fetch_or(WAITING)`; if that
+//!    shows `DONE`, it takes the result instead of sleeping.
+//!
+//! Race considered: the completer's `fetch_or(DONE)` and the waiter's
+//! `fetch_or(WAITING)` are ordered on the same word, so either the completer sees
+//! `WAITING` (and the waiter stored before it) or the waiter sees `DONE`: no lost
+//! wake-up. Loom model: `loom_join_sees_the_result_or_is_woken`.
+//!
+//! Legend: A atomic; D owned by the thread whose `fetch_or` set `TAKEN`; O written by the
+//! closure's owner before `DONE`, then only by the handle; JW guarded by
+//! `Spawned::waiter`.
 
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
 
-use crate::sync::lock_std as lock;
+use crate::sync::Ordering::{AcqRel, Acquire};
+use std::sync::Arc;
+
+use crate::sync::{lock, thread, AtomicU32, Mutex, UnsafeCell};
 use crate::work::panic_message;
 
 /// A one-shot item panicked, or was dropped without running (its workqueue refused it).
@@ -73,41 +91,13 @@ impl std::error::Error for Panicked {}
 /// Who waits for the result.
 enum Waiter {
     None,
-    /// A blocked `join()`.
-    Thread(std::thread::Thread),
-    /// A polled `Future`.
+    Thread(thread::Thread),
     Task(Waker),
 }
 
-/// Everything the slot lock guards (all O).
-struct Slot<T> {
-    /// The result, once the item finished (taken by the handle).
-    result: Option<Result<T, Panicked>>,
-    /// Set once a result was stored (the result itself may have been taken since).
-    done: bool,
-    /// Whom to wake when it arrives.
-    waiter: Waiter,
-}
-
-/// The one block of a spawned item.
-struct Spawned<F, T> {
-    /// D: the closure, until it runs or is dropped.
-    f: Mutex<Option<F>>,
-    /// O: result and waiter.
-    slot: Mutex<Slot<T>>,
-}
-
-impl<F, T> Spawned<F, T> {
-    fn complete(&self, result: Result<T, Panicked>) {
-        let mut slot = lock(&self.slot);
-        if slot.done {
-            return;
-        }
-        slot.result = Some(result);
-        slot.done = true;
-        let waiter = std::mem::replace(&mut slot.waiter, Waiter::None);
-        drop(slot);
-        match waiter {
+impl Waiter {
+    fn wake(self) {
+        match self {
             Waiter::None => {}
             Waiter::Thread(t) => t.unpark(),
             Waiter::Task(w) => w.wake(),
@@ -115,11 +105,68 @@ impl<F, T> Spawned<F, T> {
     }
 }
 
-/// The queue side of a spawned item, type-erased.
+/// `Spawned::state`: the closure was taken, by the runner or by a drop that abandons it.
+const TAKEN: u32 = 1;
+/// `Spawned::state`: the result is in `Spawned::result`.
+const DONE: u32 = 2;
+/// `Spawned::state`: a waiter is registered in `Spawned::waiter`.
+const WAITING: u32 = 4;
+
+/// The shared block of a spawned item: closure, result and waiter in one allocation.
+/// Running and completing it take no lock unless someone waits (protocol in the
+/// module docs).
+struct Spawned<F, T> {
+    /// A: [`TAKEN`], [`DONE`] and [`WAITING`]. Set with `AcqRel` read-modify-writes:
+    /// the `fetch_or` of `DONE` releases the result written before it and pairs with
+    /// the handle's `Acquire` load (or its `fetch_or` of `WAITING`) that sees `DONE`;
+    /// the two `fetch_or`s of `DONE` and `WAITING` are ordered on this one word, so
+    /// either the completer sees `WAITING` and wakes the waiter, or the waiter sees
+    /// `DONE` and does not sleep.
+    state: AtomicU32,
+    /// D: the closure.
+    f: UnsafeCell<Option<F>>,
+    /// O: the result.
+    result: UnsafeCell<Option<Result<T, Panicked>>>,
+    /// JW: the waiter.
+    waiter: Mutex<Waiter>,
+    /// I: the label [`crate::current`] reports while it runs.
+    label: Option<Arc<str>>,
+}
+
+// SAFETY: the closure is touched only by the one thread whose `fetch_or` set `TAKEN`
+// (D), the result by the completer before `DONE` and by the single handle after it (O),
+// and the waiter under its lock; `F` and `T` move between threads, so they must be
+// `Send`, and nothing is shared by reference.
+unsafe impl<F: Send, T: Send> Sync for Spawned<F, T> {}
+
+impl<F, T> Spawned<F, T> {
+    /// Claims the closure: true for the one caller that sets `TAKEN`.
+    fn take_closure(&self) -> Option<F> {
+        if self.state.fetch_or(TAKEN, AcqRel) & TAKEN != 0 {
+            return None;
+        }
+        // SAFETY: this call set `TAKEN`, so it alone owns the closure (D).
+        self.f.with_mut(|f| unsafe { (*f).take() })
+    }
+
+    /// Stores the result and wakes the waiter, if any. Called once, by the owner of
+    /// the closure.
+    fn complete(&self, result: Result<T, Panicked>) {
+        // SAFETY: `DONE` is not set yet and only the closure's owner completes, so
+        // nobody else reads or writes the result now (O).
+        self.result.with_mut(|r| unsafe { *r = Some(result) });
+        if self.state.fetch_or(DONE, AcqRel) & WAITING != 0 {
+            let waiter = std::mem::replace(&mut *lock(&self.waiter), Waiter::None);
+            waiter.wake();
+        }
+    }
+}
+
+/// What a queue entry does with its spawned item.
 trait RunOnce: Send + Sync {
-    /// Runs the closure (once); returns its panic message if it panicked.
+    /// Runs it; returns the panic message if it panicked.
     fn run(&self) -> Option<String>;
-    /// The entry is dropped without running: completes the handle with that error.
+    /// It will never run: completes the handle with an error.
     fn abandon(&self);
 }
 
@@ -129,7 +176,8 @@ where
     T: Send,
 {
     fn run(&self) -> Option<String> {
-        let f = lock(&self.f).take()?;
+        let f = self.take_closure()?;
+        let _label = crate::current::Labelled::new(self.label.as_ref());
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(v) => {
                 self.complete(Ok(v));
@@ -147,7 +195,7 @@ where
     }
 
     fn abandon(&self) {
-        if lock(&self.f).take().is_some() {
+        if self.take_closure().is_some() {
             self.complete(Err(Panicked {
                 message: "dropped without running".to_owned(),
                 payload: None,
@@ -156,9 +204,15 @@ where
     }
 }
 
-/// The handle side of a spawned item, type-erased over the closure.
+/// What the handle does with its spawned item.
 trait Joinable<T>: Send + Sync {
-    fn slot(&self) -> &Mutex<Slot<T>>;
+    /// The result, if the item is done and the result was not taken yet.
+    fn take_result(&self) -> Option<Result<T, Panicked>>;
+    /// Registers `waiter`; returns false if the item is done already (nothing will
+    /// wake it then).
+    fn wait_with(&self, waiter: Waiter) -> bool;
+    /// Whether the item is done.
+    fn done(&self) -> bool;
 }
 
 impl<F, T> Joinable<T> for Spawned<F, T>
@@ -166,8 +220,22 @@ where
     F: Send,
     T: Send,
 {
-    fn slot(&self) -> &Mutex<Slot<T>> {
-        &self.slot
+    fn take_result(&self) -> Option<Result<T, Panicked>> {
+        if !self.done() {
+            return None;
+        }
+        // SAFETY: `DONE` is set (`Acquire` in `done`): the completer wrote the result
+        // and will not touch it again, and only the one handle calls this (O).
+        self.result.with_mut(|r| unsafe { (*r).take() })
+    }
+
+    fn wait_with(&self, waiter: Waiter) -> bool {
+        *lock(&self.waiter) = waiter;
+        self.state.fetch_or(WAITING, AcqRel) & DONE == 0
+    }
+
+    fn done(&self) -> bool {
+        self.state.load(Acquire) & DONE != 0
     }
 }
 
@@ -204,6 +272,8 @@ impl Drop for OnceTask {
 /// ```
 pub struct JoinHandle<T> {
     shared: Arc<dyn Joinable<T>>,
+    /// Whether `poll` returned the result.
+    claimed: bool,
 }
 
 impl<T> fmt::Debug for JoinHandle<T> {
@@ -217,21 +287,25 @@ impl<T> fmt::Debug for JoinHandle<T> {
 impl<T> JoinHandle<T> {
     /// Waits for the item and returns its value, or the panic it raised.
     pub fn join(self) -> Result<T, Panicked> {
-        crate::blocking(|| loop {
-            let mut slot = lock(self.shared.slot());
-            if let Some(result) = slot.result.take() {
+        crate::blocking(|| self.wait())
+    }
+
+    /// The wait of [`JoinHandle::join`], outside `blocking`.
+    fn wait(self) -> Result<T, Panicked> {
+        loop {
+            if let Some(result) = self.shared.take_result() {
                 return result;
             }
-            slot.waiter = Waiter::Thread(std::thread::current());
-            drop(slot);
-            // Spurious wake-ups and stale unparks only loop once more.
-            std::thread::park();
-        })
+            if self.shared.wait_with(Waiter::Thread(thread::current())) {
+                // Spurious wake-ups and stale unparks only loop once more.
+                thread::park();
+            }
+        }
     }
 
     /// Whether the item has finished.
     pub fn is_finished(&self) -> bool {
-        lock(self.shared.slot()).done
+        self.shared.done()
     }
 }
 
@@ -240,17 +314,17 @@ impl<T> Future for JoinHandle<T> {
 
     /// # Panics
     /// If polled again after it returned `Ready`.
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut slot = lock(self.shared.slot());
-        if let Some(result) = slot.result.take() {
-            return Poll::Ready(result);
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        assert!(!self.claimed, "JoinHandle polled after completion");
+        loop {
+            if let Some(result) = self.shared.take_result() {
+                self.claimed = true;
+                return Poll::Ready(result);
+            }
+            if self.shared.wait_with(Waiter::Task(cx.waker().clone())) {
+                return Poll::Pending;
+            }
         }
-        assert!(!slot.done, "JoinHandle polled after completion");
-        match &slot.waiter {
-            Waiter::Task(w) if w.will_wake(cx.waker()) => {}
-            _ => slot.waiter = Waiter::Task(cx.waker().clone()),
-        }
-        Poll::Pending
     }
 }
 
@@ -258,16 +332,29 @@ impl<T> Future for JoinHandle<T> {
 pub(crate) fn pair<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (JoinHandle<T>, OnceTask) {
+    pair_named(None, f)
+}
+
+/// As [`pair`], the item labelled `label` ([`crate::current`]).
+pub(crate) fn pair_named<T: Send + 'static>(
+    label: Option<Arc<str>>,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> (JoinHandle<T>, OnceTask) {
     let spawned = Arc::new(Spawned {
-        f: Mutex::new(Some(f)),
-        slot: Mutex::new(Slot {
-            result: None,
-            done: false,
-            waiter: Waiter::None,
-        }),
+        state: AtomicU32::new(0),
+        f: UnsafeCell::new(Some(f)),
+        result: UnsafeCell::new(None),
+        waiter: Mutex::new(Waiter::None),
+        label,
     });
     let task: Arc<dyn RunOnce> = spawned.clone();
-    (JoinHandle { shared: spawned }, OnceTask(Some(task)))
+    (
+        JoinHandle {
+            shared: spawned,
+            claimed: false,
+        },
+        OnceTask(Some(task)),
+    )
 }
 
 #[cfg(all(test, not(loom)))]
@@ -330,5 +417,36 @@ mod tests {
         });
         assert_eq!(handle.join().unwrap(), "late");
         assert_eq!(runner.join().unwrap(), None);
+    }
+}
+
+/// Loom model of the join protocol on the real `Spawned`:
+/// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use super::*;
+
+    /// A runner completes the item while the handle waits: the handle always gets the
+    /// value, never sleeping through the wake-up (loom reports a deadlock if it does).
+    #[test]
+    fn loom_join_sees_the_result_or_is_woken() {
+        loom::model(|| {
+            let (handle, task) = pair(|| 42);
+            let runner = loom::thread::spawn(move || task.run());
+            assert_eq!(handle.wait().unwrap(), 42);
+            assert_eq!(runner.join().unwrap(), None);
+        });
+    }
+
+    /// A task dropped unrun races with the handle: the handle gets "dropped without
+    /// running".
+    #[test]
+    fn loom_abandoned_item_completes_the_handle() {
+        loom::model(|| {
+            let (handle, task) = pair(|| 1);
+            let dropper = loom::thread::spawn(move || drop(task));
+            assert!(!handle.wait().unwrap_err().ran());
+            dropper.join().unwrap();
+        });
     }
 }

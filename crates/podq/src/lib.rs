@@ -36,6 +36,12 @@
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
+//! - The stall watchdog ([`watchdog`]) samples each worker's run counter instead of
+//!   stamping a time per item, and its long-item count only reports (the kernel's
+//!   CPU-intensive threshold also changes concurrency management); `panic_on_stall`
+//!   aborts the process.
+//! - [`Work::enable`] on an item that is not disabled, and [`Work::disable`] past 65535
+//!   levels, are errors (the kernel warns).
 //! - [`Scope::Auto`] has no kernel counterpart: the workqueue chooses its scope from
 //!   its statistics (see [`auto`]).
 //!
@@ -49,14 +55,16 @@
 //! | I | set at init, read-only after | everywhere |
 //! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
 //! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
-//! | W | thread-private (a thread-local) | `context`, `pool`, `workqueue`, `cpu` |
+//! | W | thread-private (a thread-local) | `context`, `current`, `busy`, `pool`, `workqueue`, `cpu` |
 //! | M | `WqShared::config` | `workqueue` |
 //! | T | `WqShared::table` | `workqueue` |
 //! | S | `WqShared::pwqs` | `workqueue` |
 //! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
 //! | N | `NodeActive::pending` | `workqueue` |
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
-//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids) | `workqueue` |
+//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats) | `workqueue`, `busy` |
+//! | WD | the watchdog's own mutexes (`WqWatch::found`, its remembered state) | `watchdog` |
+//! | V | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
 //! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
 //! | J | `PoolCore::joins` | `pool` |
@@ -67,8 +75,10 @@
 //! | X | the timer's `Timer::state` | `delayed` |
 //! | H | a work item's handoff slot | `work::state` |
 //! | C | a work item's waiters (with its condvar) | `work::state` |
-//! | D | a spawned item's closure `Spawned::f` | `join` |
-//! | O | a spawned item's result slot `Spawned::slot` | `join` |
+//! | D | a spawned item's closure, owned by the thread that claimed it | `join` |
+//! | O | a spawned item's result, written before its `DONE` bit, then the handle's | `join` |
+//! | JW | a spawned item's waiter `Spawned::waiter` | `join` |
+//! | Z | `FlushDomain::serial` (one flusher at a time) | `workqueue::flush` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
 //! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |
 //!
@@ -78,14 +88,14 @@
 //!
 //! ```text
 //! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool ─→ K worklist
-//!                                              │                     ↑          ↑
-//!                                              │          F flush ───┴──────────┘
+//!                                              │                     ↑
+//!                                              │    Z flush serial ─→ F flush
 //!                                              ├─→ G pools by key
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
-//! leaves: G live workqueues, G topology ids, J joins, R stats workers, X timer,
-//!         H handoff, C waiters, D and O of a spawned item, E hooks, Y auto sampler,
+//! leaves: G live workqueues, G topology ids, G worker beats, V beat labels, WD watchdog findings, J joins, R stats workers, X timer,
+//!         H handoff, C waiters, JW a spawned item's waiter, E hooks, Y auto sampler,
 //!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
 //! ```
@@ -97,10 +107,12 @@
 
 mod attrs;
 pub mod auto;
+mod busy;
 mod context;
 #[cfg(feature = "control")]
 pub mod control;
 mod cpu;
+mod current;
 mod delayed;
 mod error;
 pub mod fault;
@@ -111,6 +123,8 @@ pub mod stats;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
+mod threads;
+pub mod watchdog;
 mod work;
 mod workqueue;
 
@@ -135,17 +149,20 @@ use std::sync::{Arc, RwLock};
 
 pub use attrs::Attrs;
 pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};
+pub use current::{current, Current};
 pub use delayed::DelayedWork;
 pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
-pub use global::{default_workqueue, queue, spawn, DEFAULT_WORKQUEUE_NAME};
+pub use global::{default_workqueue, queue, spawn, spawn_named, DEFAULT_WORKQUEUE_NAME};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
 pub use stats::WorkqueueStats;
+pub use threads::WorkerThread;
 pub use work::Work;
 pub use workqueue::{
-    default_scope, set_default_scope, CpuRun, PodRun, Workqueue, WorkqueueBuilder,
+    default_scope, set_default_scope, CpuRun, PodRun, PoolDump, PwqDump, RunningItem, Shutdown,
+    Unfinished, Workqueue, WorkqueueBuilder, WorkqueueDump,
 };
 
 /// What a panic hook is told about a panicking work item.

@@ -25,6 +25,7 @@ use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard}
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
+mod watch;
 mod worklist;
 pub(crate) use crate::context::{current_wq, running_work};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
@@ -183,6 +184,8 @@ pub(crate) struct PoolCore {
     pub(crate) stats: PoolCounters,
     /// J: join handles of started workers.
     joins: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    /// I: how its workers are made (names, stack size, start/stop hooks).
+    threads: Arc<crate::threads::ThreadOptions>,
 }
 
 /// What to do once the pool lock is released.
@@ -199,6 +202,7 @@ impl Pool {
         topology: Arc<Topology>,
         map: &CpuMap,
         idle_timeout: Duration,
+        threads: Arc<crate::threads::ThreadOptions>,
     ) -> Pool {
         let pod = key.pod.clone();
         let mask = key.cpumask.clone().unwrap_or_else(|| pod.clone());
@@ -220,6 +224,7 @@ impl Pool {
                 counts: Counts::default(),
                 stats: PoolCounters::default(),
                 joins: std::sync::Mutex::new(Vec::new()),
+                threads,
             }),
         }
     }
@@ -372,8 +377,7 @@ impl PoolCore {
 
     fn spawn_worker(self: &Arc<Self>, index: usize) {
         let core = Arc::clone(self);
-        let name = format!("podq/u{}:{}", self.id, index);
-        let builder = std::thread::Builder::new().name(name);
+        let builder = self.threads.worker(self.id, index);
         match crate::fault::spawn_worker_thread(builder, move || worker_main(core, index)) {
             Ok(handle) => {
                 self.stats.workers_created.inc();
@@ -476,6 +480,7 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     if pool.key.nice != 0 && cpu::set_nice(pool.key.nice).is_err() {
         pool.stats.nice_failures.inc();
     }
+    let _stopping = pool.threads.started(Some(pool.id), index, &pool.allowed);
     WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(pool)));
     COMPLETIONS.with(|c| c.borrow_mut().set_deferring(true));
     let mut cpu_clock = thread_cpu_ns();
@@ -731,7 +736,9 @@ fn execute(
         })
     };
     context::set_running(wq.id, work_addr);
+    let running = crate::current::Running::new(wq, pool.id);
     let panicked = f();
+    drop(running);
     #[cfg(feature = "stats")]
     if let Some(start) = start {
         record.run_time(crate::stats::elapsed_ns(start));

@@ -1,8 +1,8 @@
 //! The synchronisation facade: std types normally, loom's under `cfg(loom)`, so the loom
 //! models in this crate exercise the real protocol code (pending bit, sleep/wake, flush).
 //!
-//! The modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `pool.rs`,
-//! `pool/worklist.rs`) use the facade; the rest of the runtime uses `std` directly (loom has no `Weak`, no
+//! The modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `workqueue/node.rs`,
+//! `pool.rs`, `pool/worklist.rs`, `join.rs`) use the facade; the rest of the runtime uses `std` directly (loom has no `Weak`, no
 //! `const` mutexes and no clock) through [`lock_std`] and [`wait_std`].
 
 #[cfg(loom)]
@@ -19,12 +19,34 @@ pub(crate) use std::sync::atomic::{
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
-/// Threads: `current`, `park_timeout` and the `Thread` handle used to unpark.
+/// A cell whose contents the caller synchronises: std's `UnsafeCell` normally, loom's
+/// (which checks the accesses) under `cfg(loom)`.
+#[cfg(loom)]
+pub(crate) use loom::cell::UnsafeCell;
+
+/// A cell whose contents the caller synchronises, with loom's `with_mut` interface.
+#[cfg(not(loom))]
+#[derive(Debug)]
+pub(crate) struct UnsafeCell<T>(std::cell::UnsafeCell<T>);
+
+#[cfg(not(loom))]
+impl<T> UnsafeCell<T> {
+    pub(crate) const fn new(value: T) -> Self {
+        UnsafeCell(std::cell::UnsafeCell::new(value))
+    }
+
+    /// Calls `f` with a pointer to the contents; the caller makes the access exclusive.
+    pub(crate) fn with_mut<R>(&self, f: impl FnOnce(*mut T) -> R) -> R {
+        f(self.0.get())
+    }
+}
+
+/// Threads: `current`, `park`, `park_timeout` and the `Thread` handle used to unpark.
 pub(crate) mod thread {
     #[cfg(loom)]
-    pub(crate) use loom::thread::{current, Thread};
+    pub(crate) use loom::thread::{current, park, Thread};
     #[cfg(not(loom))]
-    pub(crate) use std::thread::{current, Thread};
+    pub(crate) use std::thread::{current, park, Thread};
 
     /// Parks for at most `timeout`.
     #[cfg(not(loom))]

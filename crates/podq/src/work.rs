@@ -10,9 +10,11 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Instant;
 
 pub(crate) use state::{Start, WorkState, PENDING};
+use state::{MAX_DISABLE_DEPTH, RUNNING};
 
 use crate::workqueue::flush::Colour;
-use crate::workqueue::Pwq;
+use crate::workqueue::PwqRef;
+use crate::Error;
 use std::sync::Arc;
 
 /// A re-queueable work item.
@@ -49,12 +51,17 @@ pub(crate) struct WorkInner {
     pub(crate) state: WorkState<Entry>,
     /// I: the function.
     func: Box<dyn Fn() + Send + Sync>,
+    /// I: the label given by [`Work::named`].
+    label: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Work {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Work")
+            .field("label", &self.label())
             .field("pending", &self.is_pending())
+            .field("running", &self.is_running())
+            .field("disabled", &self.inner.state.disable_depth())
             .finish()
     }
 }
@@ -62,17 +69,105 @@ impl fmt::Debug for Work {
 impl Work {
     /// A new idle work item running `f` each time it is queued.
     pub fn new(f: impl Fn() + Send + Sync + 'static) -> Work {
+        Work::build(None, Box::new(f))
+    }
+
+    /// As [`Work::new`], with a label that [`crate::current`] reports while it runs
+    /// (the kernel's work function name, as `show_workqueue_state` prints it).
+    ///
+    /// ```
+    /// use podq::{Work, Workqueue};
+    ///
+    /// let wq = Workqueue::builder("doc-named").build()?;
+    /// let work = Work::named("rpc_release", || {
+    ///     let me = podq::current().expect("inside an item");
+    ///     assert_eq!(me.label.as_deref(), Some("rpc_release"));
+    ///     assert_eq!(me.workqueue, "doc-named");
+    /// });
+    /// assert_eq!(work.label(), Some("rpc_release"));
+    /// wq.queue(&work);
+    /// work.flush();
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn named(label: impl Into<Arc<str>>, f: impl Fn() + Send + Sync + 'static) -> Work {
+        Work::build(Some(label.into()), Box::new(f))
+    }
+
+    fn build(label: Option<Arc<str>>, func: Box<dyn Fn() + Send + Sync>) -> Work {
         Work {
             inner: Arc::new(WorkInner {
                 state: WorkState::new(),
-                func: Box::new(f),
+                func,
+                label,
             }),
         }
+    }
+
+    /// The label given by [`Work::named`].
+    pub fn label(&self) -> Option<&str> {
+        self.inner.label.as_deref()
     }
 
     /// Whether the item is queued (or on the timer) and has not started yet.
     pub fn is_pending(&self) -> bool {
         self.inner.state.load() & PENDING != 0
+    }
+
+    /// Whether a worker runs the item's function now (the running half of the kernel's
+    /// `work_busy`). A snapshot: it may change as soon as it is read.
+    pub fn is_running(&self) -> bool {
+        self.inner.state.load() & RUNNING != 0
+    }
+
+    /// Whether the item is disabled ([`Work::disable`]), so that queueing it fails.
+    pub fn is_disabled(&self) -> bool {
+        self.inner.state.disable_depth() > 0
+    }
+
+    /// `disable_work`: cancels a pending instance and refuses queueing (every queue
+    /// call returns false, delayed arming included) until as many [`Work::enable`]
+    /// calls as `disable` calls have been made. Returns whether an instance was
+    /// pending; a cancelled instance is counted cancelled where it was queued. Does
+    /// not wait for a running instance (see [`Work::disable_sync`]).
+    ///
+    /// Refused with [`Error::DisableDepth`] once the item is disabled 65535 times
+    /// (the kernel warns and leaves the depth as it is).
+    ///
+    /// ```
+    /// use podq::{Work, Workqueue};
+    ///
+    /// let wq = Workqueue::builder("doc-disable").build()?;
+    /// let work = Work::new(|| {});
+    /// assert!(!work.disable()?);
+    /// assert!(!wq.queue(&work), "disabled: queueing is refused");
+    /// assert!(work.enable()?, "enabled again");
+    /// assert!(wq.queue(&work));
+    /// work.flush();
+    /// assert!(work.enable().is_err(), "not disabled");
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn disable(&self) -> Result<bool, Error> {
+        self.inner.state.disable().ok_or(Error::DisableDepth {
+            max: MAX_DISABLE_DEPTH,
+        })
+    }
+
+    /// `disable_work_sync`: [`Work::disable`], then waits until no worker runs the
+    /// item (unless called from the item itself, which would wait for itself). On
+    /// return the item is neither pending nor running and stays so until enabled.
+    pub fn disable_sync(&self) -> Result<bool, Error> {
+        let was_pending = self.disable()?;
+        if !self.is_current() {
+            crate::blocking(|| self.inner.state.wait_not_running());
+        }
+        Ok(was_pending)
+    }
+
+    /// `enable_work`: undoes one [`Work::disable`]. Returns whether the item can be
+    /// queued again (the depth reached zero); refused with [`Error::NotDisabled`] if
+    /// it was not disabled (the kernel warns instead).
+    pub fn enable(&self) -> Result<bool, Error> {
+        self.inner.state.enable().ok_or(Error::NotDisabled)
     }
 
     /// `flush_work`: waits until the instance pending at the call (if any) and the
@@ -95,12 +190,16 @@ impl Work {
     /// the item is neither pending nor running, unless queued again after this call
     /// returned. Called from the item itself, it does not wait for itself.
     pub fn cancel_sync(&self) -> bool {
-        let was_pending = self.inner.state.disable();
+        // An item already disabled as deep as it goes is not pending and cannot be
+        // queued: there is nothing to raise, and so nothing to lower after.
+        let raised = self.inner.state.disable();
         if !self.is_current() {
             crate::blocking(|| self.inner.state.wait_not_running());
         }
-        self.inner.state.enable();
-        was_pending
+        if raised.is_some() {
+            self.inner.state.enable();
+        }
+        raised.unwrap_or(false)
     }
 
     fn is_current(&self) -> bool {
@@ -111,6 +210,7 @@ impl Work {
 impl WorkInner {
     /// Runs the function, catching a panic; returns its message if it panicked.
     pub(crate) fn run(&self) -> Option<String> {
+        let _label = crate::current::Labelled::new(self.label.as_ref());
         catch_unwind(AssertUnwindSafe(|| (self.func)()))
             .err()
             .map(|p| panic_message(&*p))
@@ -141,9 +241,9 @@ pub(crate) enum Task {
     Once(crate::join::OnceTask),
 }
 
-/// One queued item: what to run and the accounting it carries. Holding the pwq keeps
-/// it (and its pool) alive while the item is anywhere in flight, as the kernel's
-/// `get_pwq`.
+/// One queued item: what to run and the accounting it carries. Its count in the pwq's
+/// in-flight word keeps the pwq (and its pool) alive while the item is anywhere in
+/// flight, as the kernel's `get_pwq` ([`PwqRef`]).
 pub(crate) struct Entry {
     pub(crate) task: Task,
     pub(crate) meta: EntryMeta,
@@ -151,7 +251,7 @@ pub(crate) struct Entry {
 
 /// The accounting part of an [`Entry`].
 pub(crate) struct EntryMeta {
-    pub(crate) pwq: Arc<Pwq>,
+    pub(crate) pwq: PwqRef,
     /// Flush colour (see `workqueue/flush.rs`).
     pub(crate) colour: Colour,
     /// The CPU of the queueing thread, in the workqueue's topology.

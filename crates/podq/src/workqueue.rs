@@ -19,24 +19,32 @@ mod apply;
 mod broadcast;
 mod builder;
 mod completions;
+mod congested;
 #[cfg(feature = "control")]
 mod control;
+mod dump;
 pub(crate) mod flush;
 mod min_active;
+mod named;
 mod node;
 pub(crate) mod refresh;
 mod registry;
+mod shutdown;
 mod teardown;
+pub(crate) mod watch;
 
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use completions::Completions;
+pub use dump::{PoolDump, PwqDump, RunningItem, WorkqueueDump};
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
+pub use shutdown::{Shutdown, Unfinished};
 
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::fmt;
+use std::ptr::NonNull;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
@@ -183,6 +191,10 @@ pub(crate) struct WqShared {
     panic_hook: Option<PanicHook>,
     /// I: its own error hook (`None`: the process-wide one).
     pub(crate) error_hook: Option<ErrorHook>,
+    /// I: how its pools and rescuer make threads.
+    pub(crate) threads: Arc<crate::threads::ThreadOptions>,
+    /// I (findings WD): its watchdog thresholds and what the watchdog found.
+    pub(crate) watch: crate::watchdog::WqWatch,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -205,6 +217,43 @@ pub(crate) struct Pwq {
     gate: AtomicBool,
     /// P: the pwq lock.
     state: Mutex<PwqState>,
+}
+
+/// A queue entry's reference to its pwq (the kernel's `get_pwq`), held by the item's
+/// count in the pwq's in-flight word rather than by the pwq's `Arc`, so that queueing
+/// and completing an item touch no reference count: a pwq with items in flight cannot
+/// retire, and until it retires `WqShared::pwqs` holds an `Arc` to it. The reference
+/// is valid until the item is uncounted (`Pwq::complete`), and not after.
+pub(crate) struct PwqRef(NonNull<Pwq>);
+
+// SAFETY: a `PwqRef` is a shared reference to a `Pwq`, which is `Send` and `Sync`; its
+// validity does not depend on the thread holding it.
+unsafe impl Send for PwqRef {}
+// SAFETY: as above; it only gives out `&Pwq`.
+unsafe impl Sync for PwqRef {}
+
+impl PwqRef {
+    /// A reference for an item just counted in `pwq`'s in-flight word.
+    fn counted(pwq: &Pwq) -> PwqRef {
+        PwqRef(NonNull::from(pwq))
+    }
+
+    /// Whether both refer to the same pwq.
+    pub(crate) fn same(&self, other: &PwqRef) -> bool {
+        self.0 == other.0
+    }
+}
+
+impl std::ops::Deref for PwqRef {
+    type Target = Pwq;
+
+    fn deref(&self) -> &Pwq {
+        // SAFETY: the item this reference was made for is counted in the pwq's
+        // in-flight word until `Pwq::complete` consumes the reference; meanwhile the
+        // pwq cannot retire (retirement needs an empty word) and `WqShared::pwqs`
+        // holds an `Arc` to it.
+        unsafe { self.0.as_ref() }
+    }
 }
 
 /// Everything a pwq's lock guards (all P).
@@ -562,7 +611,7 @@ impl WqShared {
         let entry = Entry {
             task,
             meta: EntryMeta {
-                pwq: Arc::clone(pwq),
+                pwq: PwqRef::counted(pwq),
                 colour,
                 queued_cpu,
                 #[cfg(feature = "stats")]
@@ -698,6 +747,7 @@ impl WqShared {
             effective_scope,
             auto,
             totals: self.counters.snapshot(),
+            watchdog: self.watch.snapshot(),
             pools,
         }
     }
@@ -790,8 +840,8 @@ impl Pwq {
 
     /// Counts a new item in flight in the current flush colour; `None` if the pwq has
     /// retired. A flush that moves the colour between the read and the count makes the
-    /// count go again (`flush.rs`).
-    fn count_in(self: &Arc<Self>) -> Option<Colour> {
+    /// count go again (`flush.rs`). The caller keeps the pwq alive (it holds the table).
+    fn count_in(&self) -> Option<Colour> {
         let flush = &self.wq.flush;
         loop {
             let gen = flush.current();
@@ -804,36 +854,40 @@ impl Pwq {
             }
             let mut undo = [0; 2];
             undo[colour.index()] = 1;
-            Arc::clone(self).uncount(undo);
+            Pwq::uncount(PwqRef::counted(self), undo, &self.wq);
         }
     }
 
-    /// Active items of this pwq finished or were dropped (`pwq_dec_nr_in_flight`),
-    /// `done[c]` of colour `c`: frees their slots, lets waiting items in, and updates
-    /// the in-flight counts (`uncount`).
-    pub(crate) fn complete(self: Arc<Self>, done: [u64; 2]) {
-        let node = &self.wq.nodes[self.node];
+    /// Active items of a pwq finished or were dropped (`pwq_dec_nr_in_flight`),
+    /// `done[c]` of colour `c`, all counted under `pwq`: frees their slots, lets
+    /// waiting items in, and updates the in-flight counts (`uncount`). The pwq may be
+    /// gone when this returns.
+    pub(crate) fn complete(pwq: PwqRef, done: [u64; 2]) {
+        // The workqueue outlives the call even if the pwq does not.
+        let wq = Arc::clone(&pwq.wq);
+        let node = &wq.nodes[pwq.node];
         node.release((done[0] + done[1]) as usize);
-        self.wq.activate(node);
-        self.uncount(done);
+        wq.activate(node);
+        Pwq::uncount(pwq, done, &wq);
     }
 
-    /// Uncounts items in flight; wakes flushers when a colour cleared, and retires the
-    /// pwq once it is empty and no longer current.
-    fn uncount(self: Arc<Self>, done: [u64; 2]) {
-        let left = self.in_flight.remove(done);
-        let retire = left.retired;
-        if !retire && !left.cleared {
-            return;
-        }
-        let wq = Arc::clone(&self.wq);
-        if retire {
-            lock(&wq.pwqs).retain(|p| !Arc::ptr_eq(p, &self));
-        }
-        // Drop our reference before waking flushers, so that a flusher tearing the
-        // workqueue down holds the last one and joins the pool's workers itself.
-        drop(self);
-        if retire {
+    /// Uncounts items in flight of `pwq` (a workqueue of `wq`); wakes flushers when a
+    /// colour cleared, and if that emptied a pwq no longer current, removes the
+    /// retired pwq from the list.
+    fn uncount(pwq: PwqRef, done: [u64; 2], wq: &Arc<WqShared>) {
+        let gone = pwq.0.as_ptr().cast_const();
+        let left = pwq.in_flight.remove(done);
+        // Unless this removal retired it, the pwq may be freed from here on: `pwq` is
+        // not used again.
+        if left.retired {
+            let mut list = lock(&wq.pwqs);
+            let at = list.iter().position(|p| std::ptr::eq(Arc::as_ptr(p), gone));
+            let last = at.map(|i| list.remove(i));
+            drop(list);
+            // Possibly the pool's last handle: dropped with no lock held, before
+            // flushers wake, so that a flusher tearing the workqueue down holds the
+            // last reference to the workqueue and joins the pool's workers itself.
+            drop(last);
             wq.unplug_oldest();
         }
         if left.cleared {

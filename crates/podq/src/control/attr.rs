@@ -7,6 +7,7 @@
 //! | `affinity_strict` | `0` / `1` | an integer (`kstrtoint` rules); non-zero means 1 |
 //! | `cpumask` | hex bitmap, 32-bit groups, most significant first, as `%*pb` | the same form |
 //! | `max_active` | the requested value | a decimal integer > 0, clamped to [1, 2048]; enforced per NUMA node (see below) |
+//! | `min_active` | the requested value | a decimal integer in [0, `max_active`]; podq's own (the kernel has no such file, only `workqueue_set_min_active`) |
 //! | `nice` | the value | a decimal integer in [-20, 19] |
 //!
 //! Read values are the file's content without its trailing newline; written values may
@@ -47,17 +48,20 @@ pub enum Attr {
     /// `max_active`: the most items of the workqueue running at once on each NUMA
     /// node's share (see the module docs: 3 on 2 nodes lets up to 6 run).
     MaxActive,
+    /// `min_active`: the per-node floor under the node shares of `max_active`.
+    MinActive,
     /// `nice`: the workers' nice value.
     Nice,
 }
 
 impl Attr {
     /// Every attribute, in the order `list` shows them.
-    pub const ALL: [Attr; 5] = [
+    pub const ALL: [Attr; 6] = [
         Attr::AffinityScope,
         Attr::AffinityStrict,
         Attr::Cpumask,
         Attr::MaxActive,
+        Attr::MinActive,
         Attr::Nice,
     ];
 
@@ -68,6 +72,7 @@ impl Attr {
             Attr::AffinityStrict => "affinity_strict",
             Attr::Cpumask => "cpumask",
             Attr::MaxActive => "max_active",
+            Attr::MinActive => "min_active",
             Attr::Nice => "nice",
         }
     }
@@ -104,6 +109,9 @@ pub enum AttrValue {
     Cpumask(CpuSet),
     /// A new `max_active`, already clamped to [1, 2048].
     MaxActive(usize),
+    /// A new `min_active`, at most 2048 (the workqueue checks it against its
+    /// `max_active`).
+    MinActive(usize),
     /// A new `nice`, in [-20, 19].
     Nice(i32),
 }
@@ -116,6 +124,7 @@ impl AttrValue {
             AttrValue::AffinityStrict(_) => Attr::AffinityStrict,
             AttrValue::Cpumask(_) => Attr::Cpumask,
             AttrValue::MaxActive(_) => Attr::MaxActive,
+            AttrValue::MinActive(_) => Attr::MinActive,
             AttrValue::Nice(_) => Attr::Nice,
         }
     }
@@ -136,7 +145,10 @@ pub struct QueueAttrs {
     pub nice: i32,
     /// The requested `max_active`.
     pub max_active: usize,
-    /// Whether the workqueue is ordered (its `max_active` is then read-only).
+    /// The requested `min_active`.
+    pub min_active: usize,
+    /// Whether the workqueue is ordered (its `max_active` and `min_active` are then
+    /// read-only).
     pub ordered: bool,
 }
 
@@ -173,6 +185,19 @@ pub fn parse_value(attr: Attr, text: &str, nr_cpu_ids: usize) -> Result<AttrValu
             Ok(_) => Err(invalid("must be greater than 0".into())),
             Err(_) => Err(invalid("expected a decimal integer greater than 0".into())),
         },
+        Attr::MinActive => {
+            if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(invalid(format!(
+                    "expected a decimal integer in [0, {MAX_ACTIVE_LIMIT}]"
+                )));
+            }
+            match body.parse::<usize>() {
+                Ok(v) if v <= MAX_ACTIVE_LIMIT => Ok(AttrValue::MinActive(v)),
+                _ => Err(invalid(format!(
+                    "must be at most {MAX_ACTIVE_LIMIT} (and at most the workqueue's max_active)"
+                ))),
+            }
+        }
         Attr::Nice => match body.parse::<i32>() {
             Ok(v) if (MIN_NICE..=MAX_NICE).contains(&v) => Ok(AttrValue::Nice(v)),
             _ => Err(invalid(format!(
@@ -207,6 +232,7 @@ pub fn format_value(attr: Attr, attrs: &QueueAttrs, nr_cpu_ids: usize) -> String
         Attr::AffinityStrict => u8::from(attrs.strict).to_string(),
         Attr::Cpumask => format_cpumask(&attrs.cpumask, nr_cpu_ids),
         Attr::MaxActive => attrs.max_active.to_string(),
+        Attr::MinActive => attrs.min_active.to_string(),
         Attr::Nice => attrs.nice.to_string(),
     }
 }
@@ -312,6 +338,7 @@ mod tests {
             cpumask: CpuSet::first_n(2),
             nice: 0,
             max_active: 256,
+            min_active: 8,
             ordered: false,
         }
     }
@@ -438,6 +465,25 @@ mod tests {
                 "{err}"
             );
         }
+        assert_eq!(p(Attr::MinActive, "0").unwrap(), AttrValue::MinActive(0));
+        assert_eq!(
+            p(Attr::MinActive, "2048\n").unwrap(),
+            AttrValue::MinActive(2048)
+        );
+        for bad in ["2049", "99999999999999999999999"] {
+            let err = p(Attr::MinActive, bad).unwrap_err().to_string();
+            assert!(
+                err.contains("min_active") && err.contains("at most 2048"),
+                "{err}"
+            );
+        }
+        for bad in ["-1", "", "eight", "8 ", "+8", "0x8"] {
+            let err = p(Attr::MinActive, bad).unwrap_err().to_string();
+            assert!(
+                err.contains("min_active") && err.contains("[0, 2048]"),
+                "{bad:?}: {err}"
+            );
+        }
         assert_eq!(p(Attr::Nice, "-20").unwrap(), AttrValue::Nice(-20));
         assert_eq!(p(Attr::Nice, "19\n").unwrap(), AttrValue::Nice(19));
         for bad in ["-21", "20", "", "x", "1\n\n"] {
@@ -483,9 +529,11 @@ mod tests {
         #[test]
         fn formatted_values_parse_back(strict: bool, nice in MIN_NICE..=MAX_NICE,
                                        max_active in 1usize..=MAX_ACTIVE_LIMIT,
+                                       min_share in 0usize..=100,
                                        scope_ix in 0usize..6) {
+            let min_active = max_active * min_share / 100;
             let a = QueueAttrs { scope: Scope::CONCRETE[scope_ix], strict, nice, max_active,
-                                 ..attrs() };
+                                 min_active, ..attrs() };
             for attr in Attr::ALL {
                 let text = format_value(attr, &a, 2);
                 let value = parse_value(attr, &text, 2).unwrap();
@@ -494,6 +542,7 @@ mod tests {
                     AttrValue::AffinityStrict(s) => QueueAttrs { strict: s, ..a.clone() },
                     AttrValue::Cpumask(m) => QueueAttrs { cpumask: m, ..a.clone() },
                     AttrValue::MaxActive(m) => QueueAttrs { max_active: m, ..a.clone() },
+                    AttrValue::MinActive(m) => QueueAttrs { min_active: m, ..a.clone() },
                     AttrValue::Nice(n) => QueueAttrs { nice: n, ..a.clone() },
                 };
                 prop_assert_eq!(&back, &a);

@@ -25,7 +25,7 @@ pub enum ControlError {
     /// The attribute name is not one of the sysfs files.
     #[error(
         "unknown attribute `{name}` (expected one of affinity_scope, affinity_strict, \
-         cpumask, max_active, nice)"
+         cpumask, max_active, min_active, nice)"
     )]
     UnknownAttr {
         /// The name asked for.

@@ -30,13 +30,14 @@ pub(crate) fn stats_of(name: &str, a: &QueueAttrs) -> WorkqueueStats {
             cpumask: a.cpumask.clone(),
             nice: a.nice,
             max_active: a.max_active,
-            min_active: crate::policy::min_active(a.max_active),
+            min_active: a.min_active,
             ordered: a.ordered,
         },
         effective_scope: a.effective_scope,
         auto: None,
         totals: Totals::default(),
         pools: Vec::new(),
+        watchdog: Default::default(),
     }
 }
 
@@ -61,6 +62,7 @@ impl MockTarget {
             cpumask: CpuSet::first_n(2),
             nice: 0,
             max_active: if ordered { 1 } else { 256 },
+            min_active: if ordered { 1 } else { 8 },
             ordered,
         };
         let queue = |name: &str, a| QueueInfo {
@@ -110,7 +112,17 @@ impl ControlTarget for MockTarget {
             AttrValue::AffinityScope(s) => a.scope = s,
             AttrValue::AffinityStrict(s) => a.strict = s,
             AttrValue::Cpumask(m) => a.cpumask = m,
-            AttrValue::MaxActive(m) => a.max_active = m,
+            AttrValue::MaxActive(m) => {
+                a.max_active = m;
+                a.min_active = a.min_active.min(m);
+            }
+            AttrValue::MinActive(m) if m > a.max_active => {
+                return Err(ControlError::Rejected {
+                    what: format!("min_active of {queue}"),
+                    source: Box::new(Reason(format!("above max_active {}", a.max_active))),
+                })
+            }
+            AttrValue::MinActive(m) => a.min_active = m,
             AttrValue::Nice(-7) => {
                 return Err(ControlError::Rejected {
                     what: format!("nice of {queue}"),

@@ -32,6 +32,7 @@ mod attr;
 mod client;
 mod connection;
 mod error;
+mod event_loop;
 mod framer;
 #[cfg(feature = "test-util")]
 pub mod fuzzing;
@@ -172,6 +173,18 @@ mod tests {
             (
                 r#"{"cmd":"set","queue":"ordered_wq","attr":"max_active","value":"4"}"#,
                 "max_active of workqueue `ordered_wq` is read-only",
+            ),
+            (
+                r#"{"cmd":"set","queue":"ordered_wq","attr":"min_active","value":"1"}"#,
+                "min_active of workqueue `ordered_wq` is read-only",
+            ),
+            (
+                r#"{"cmd":"set","queue":"rpciod","attr":"min_active","value":"300"}"#,
+                "cannot set min_active of rpciod: above max_active 256",
+            ),
+            (
+                r#"{"cmd":"set","queue":"rpciod","attr":"min_active","value":"-1"}"#,
+                "invalid value `-1` for min_active",
             ),
             (
                 r#"{"cmd":"set","queue":"rpciod","attr":"nice","value":"-7"}"#,

@@ -57,6 +57,13 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queue: Option<String>,
     },
+    /// `{"cmd":"dump"}` or `{"cmd":"dump","queue":Q}`: state dumps
+    /// ([`crate::Workqueue::dump`]).
+    Dump {
+        /// Only this workqueue.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        queue: Option<String>,
+    },
 }
 
 impl Request {
@@ -82,6 +89,9 @@ pub struct QueueSummary {
     pub cpumask: String,
     /// `max_active`.
     pub max_active: String,
+    /// `min_active` (empty from a server that does not report it).
+    #[serde(default)]
+    pub min_active: String,
     /// `nice`.
     pub nice: String,
     /// Whether the workqueue is ordered.
@@ -98,6 +108,7 @@ impl QueueSummary {
             affinity_strict: value(Attr::AffinityStrict),
             cpumask: value(Attr::Cpumask),
             max_active: value(Attr::MaxActive),
+            min_active: value(Attr::MinActive),
             nice: value(Attr::Nice),
             ordered: info.attrs.ordered,
         }
@@ -129,6 +140,9 @@ pub struct Reply {
     /// Stats snapshots (`stats`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stats: Option<Vec<WorkqueueStats>>,
+    /// State dumps (`dump`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dump: Option<Vec<crate::WorkqueueDump>>,
     /// Live workqueues a `refresh` left on their pods, with the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_repodded: Option<Vec<LeftAlone>>,
@@ -201,6 +215,15 @@ impl Reply {
         Reply {
             ok: true,
             stats: Some(stats),
+            ..Reply::default()
+        }
+    }
+
+    /// A `dump` reply.
+    pub(crate) fn dumps(dumps: Vec<crate::WorkqueueDump>) -> Reply {
+        Reply {
+            ok: true,
+            dump: Some(dumps),
             ..Reply::default()
         }
     }

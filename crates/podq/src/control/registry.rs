@@ -23,6 +23,8 @@ pub(crate) trait ControlledQueue: Send + Sync {
     fn apply(&self, value: AttrValue) -> Result<(), ControlError>;
     /// The stats snapshot.
     fn stats(&self) -> WorkqueueStats;
+    /// The state dump ([`crate::Workqueue::dump`]).
+    fn dump(&self) -> crate::WorkqueueDump;
 }
 
 /// The process-wide default scope, as the control plane reads and changes it.
@@ -163,6 +165,13 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
                 .collect()),
         }
     }
+
+    fn dump(&self, queue: Option<&str>) -> Result<Vec<crate::WorkqueueDump>, ControlError> {
+        match queue {
+            Some(name) => Ok(vec![self.registry.get(name)?.dump()]),
+            None => Ok(self.registry.live().iter().map(|(_, q)| q.dump()).collect()),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -200,6 +209,19 @@ mod tests {
         fn stats(&self) -> WorkqueueStats {
             stats_of(self.name, &self.attrs())
         }
+        fn dump(&self) -> crate::WorkqueueDump {
+            let a = self.attrs();
+            crate::WorkqueueDump {
+                name: self.name.to_owned(),
+                ordered: a.ordered,
+                max_active: a.max_active,
+                min_active: a.min_active,
+                in_flight: 0,
+                pwqs: Vec::new(),
+                running: Vec::new(),
+                pools: Vec::new(),
+            }
+        }
     }
 
     struct FixedDefault;
@@ -226,6 +248,7 @@ mod tests {
                 cpumask: CpuSet::first_n(16),
                 nice: 0,
                 max_active: 8,
+                min_active: 8,
                 ordered: false,
             }),
         })

@@ -46,6 +46,13 @@ pub trait ControlTarget: Send + Sync {
     /// Stats snapshots: of every visible workqueue, or of the one named.
     fn stats(&self, queue: Option<&str>) -> Result<Vec<WorkqueueStats>, ControlError>;
 
+    /// State dumps: of every visible workqueue, or of the one named. By default none:
+    /// a target that runs no work items has no state to show.
+    fn dump(&self, queue: Option<&str>) -> Result<Vec<crate::WorkqueueDump>, ControlError> {
+        let _ = queue;
+        Ok(Vec::new())
+    }
+
     /// Re-reads the usable CPUs and re-pods live workqueues; says what it did.
     /// By default the process's own [`crate::topology::refresh`].
     fn refresh(&self) -> Result<crate::topology::Refreshed, ControlError> {
@@ -89,7 +96,7 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             let attr: Attr = attr.parse()?;
             let info = find(&queue)?;
             let parsed = attr::parse_value(attr, &value, info.nr_cpu_ids)?;
-            if attr == Attr::MaxActive && info.attrs.ordered {
+            if matches!(attr, Attr::MaxActive | Attr::MinActive) && info.attrs.ordered {
                 return Err(ControlError::ReadOnly {
                     queue,
                     attr,
@@ -116,6 +123,12 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
                 find(name)?;
             }
             Ok(Reply::stats(target.stats(queue.as_deref())?))
+        }
+        Request::Dump { queue } => {
+            if let Some(name) = &queue {
+                find(name)?;
+            }
+            Ok(Reply::dumps(target.dump(queue.as_deref())?))
         }
     }
 }

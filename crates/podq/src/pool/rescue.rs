@@ -50,6 +50,8 @@ use std::time::Instant;
 use crate::cpu;
 use crate::policy::{self, CreateBlock, Due, RescueStep};
 use crate::sync::lock_std as lock;
+use crate::threads::ThreadOptions;
+use podq_topology::CpuSet;
 // The pool lock: loom's mutex under `cfg(loom)`.
 use crate::sync::lock as lock_pool;
 use crate::Error;
@@ -199,11 +201,18 @@ fn rescuers() -> &'static Mutex<HashMap<u64, Registered>> {
 }
 
 /// Starts the rescuer of workqueue `wq` (`kworker/R-<name>`).
-pub(crate) fn start_rescuer(wq: u64, name: &str) -> Result<(), Error> {
+pub(crate) fn start_rescuer(
+    wq: u64,
+    name: &str,
+    threads: &Arc<ThreadOptions>,
+    cpus: CpuSet,
+) -> Result<(), Error> {
     let (tx, rx) = std::sync::mpsc::channel::<Arc<Rescuer>>();
-    let handle = thread::Builder::new()
-        .name(format!("podq/R-{name}"))
+    let options = Arc::clone(threads);
+    let handle = threads
+        .rescuer(name)
         .spawn(move || {
+            let _stopping = options.started(None, 0, &cpus);
             if let Ok(me) = rx.recv() {
                 rescue_loop(&me);
             }

@@ -20,6 +20,8 @@ const DISABLE_SHIFT: u32 = 16;
 const DISABLE_ONE: u64 = 1 << DISABLE_SHIFT;
 const DISABLE_MASK: u64 = 0xffff << DISABLE_SHIFT;
 const SEQ_SHIFT: u32 = 32;
+/// The deepest the disable depth goes: `disable` beyond it is refused.
+pub(crate) const MAX_DISABLE_DEPTH: u32 = 0xffff;
 
 /// The sequence number of the latest queueing (bumped by every queue and every steal).
 pub(crate) fn seq_of(word: u64) -> u32 {
@@ -251,27 +253,39 @@ impl<T> WorkState<T> {
     }
 
     /// Raises the disable depth (queueing fails while it is above zero) and cancels a
-    /// pending instance. Returns whether one was pending.
-    pub(crate) fn disable(&self) -> bool {
-        let (old, _) = self.update(|w| {
-            let depth = if w & DISABLE_MASK == DISABLE_MASK {
-                0
+    /// pending instance. Returns whether one was pending, or `None` (nothing changed)
+    /// when the depth is already at [`MAX_DISABLE_DEPTH`]; an item that deep is
+    /// disabled, so nothing of it is pending either.
+    pub(crate) fn disable(&self) -> Option<bool> {
+        let (old, ok) = self.update(|w| {
+            if w & DISABLE_MASK == DISABLE_MASK {
+                None
+            } else if w & PENDING != 0 {
+                Some(
+                    with_seq(w & !(PENDING | TIMER | WAITERS), seq_of(w).wrapping_add(1))
+                        + DISABLE_ONE,
+                )
             } else {
-                DISABLE_ONE
-            };
-            Some(if w & PENDING != 0 {
-                with_seq(w & !(PENDING | TIMER | WAITERS), seq_of(w).wrapping_add(1)) + depth
-            } else {
-                w + depth
-            })
+                Some(w + DISABLE_ONE)
+            }
         });
+        if !ok {
+            return None;
+        }
         self.notify_if(old);
-        old & PENDING != 0
+        Some(old & PENDING != 0)
     }
 
-    /// Lowers the disable depth.
-    pub(crate) fn enable(&self) {
-        self.update(|w| Some(if disabled(w) { w - DISABLE_ONE } else { w }));
+    /// Lowers the disable depth. Returns whether it reached zero (queueing accepted
+    /// again), or `None` (nothing changed) if the item was not disabled.
+    pub(crate) fn enable(&self) -> Option<bool> {
+        let (old, ok) = self.update(|w| disabled(w).then(|| w - DISABLE_ONE));
+        ok.then_some((old & DISABLE_MASK) == DISABLE_ONE)
+    }
+
+    /// The disable depth.
+    pub(crate) fn disable_depth(&self) -> u32 {
+        ((self.load() & DISABLE_MASK) >> DISABLE_SHIFT) as u32
     }
 
     /// Blocks until `done(word, run_seq)` holds.
@@ -365,12 +379,43 @@ mod tests {
     fn disable_refuses_queueing() {
         let s: WorkState<u32> = WorkState::new();
         let a = s.try_pend(false).unwrap();
-        assert!(s.disable());
+        assert_eq!(s.disable(), Some(true));
         assert_eq!(s.try_pend(false), None);
         assert_eq!(s.repend(false), None);
         assert_eq!(s.start(a), Start::Stale);
-        s.enable();
+        assert_eq!(s.enable(), Some(true));
         assert!(s.try_pend(false).is_some());
+    }
+
+    #[test]
+    fn disable_nests_and_refuses_beyond_its_depth() {
+        let s: WorkState<u32> = WorkState::new();
+        assert_eq!(s.enable(), None, "enabling an enabled item changes nothing");
+        assert_eq!(s.disable(), Some(false));
+        assert_eq!(s.disable(), Some(false));
+        assert_eq!(s.disable_depth(), 2);
+        assert_eq!(s.enable(), Some(false), "still disabled once");
+        assert_eq!(s.try_pend(false), None);
+        assert_eq!(s.enable(), Some(true));
+        assert_eq!(s.disable_depth(), 0);
+        for _ in 0..MAX_DISABLE_DEPTH {
+            assert!(s.disable().is_some());
+        }
+        let word = s.load();
+        assert_eq!(
+            s.disable(),
+            None,
+            "the depth does not wrap or saturate silently"
+        );
+        assert_eq!(s.load(), word);
+        assert_eq!(s.disable_depth(), MAX_DISABLE_DEPTH);
+        let seq = seq_of(word);
+        for _ in 1..MAX_DISABLE_DEPTH {
+            assert_eq!(s.enable(), Some(false));
+        }
+        assert_eq!(s.enable(), Some(true));
+        assert_eq!(seq_of(s.load()), seq, "the sequence is untouched");
+        assert_eq!(s.try_pend(false), Some(seq.wrapping_add(1)));
     }
 
     #[test]
@@ -519,11 +564,11 @@ mod loom_tests {
             let canceller = {
                 let s = s.clone();
                 loom::thread::spawn(move || {
-                    s.disable();
+                    assert!(s.disable().is_some());
                     s.wait_not_running();
                     assert_eq!(s.load() & (PENDING | RUNNING), 0, "survived cancel_sync");
                     assert_eq!(s.try_pend(false), None, "queueing refused while disabled");
-                    s.enable();
+                    assert_eq!(s.enable(), Some(true));
                 })
             };
             worker.join().unwrap();

@@ -184,7 +184,8 @@ impl WqShared {
     /// The shared pool for `key`, created if none is alive.
     pub(super) fn pool_for(&self, key: &PoolKey) -> Arc<Pool> {
         let mut pools = lock(pools());
-        if let Some(pool) = pools.get(key).and_then(Weak::upgrade) {
+        let shared_key = (key.clone(), self.threads.id);
+        if let Some(pool) = pools.get(&shared_key).and_then(Weak::upgrade) {
             return pool;
         }
         pools.retain(|_, p| p.strong_count() > 0);
@@ -195,8 +196,9 @@ impl WqShared {
             Arc::clone(&self.topology),
             &self.cpu_map,
             self.idle_timeout,
+            Arc::clone(&self.threads),
         ));
-        pools.insert(key.clone(), Arc::downgrade(&pool));
+        pools.insert(shared_key, Arc::downgrade(&pool));
         pool
     }
 

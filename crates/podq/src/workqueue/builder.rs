@@ -19,7 +19,8 @@ use crate::policy;
 use crate::pool;
 use crate::stats::ItemCounters;
 use crate::sync::lock_std as lock;
-use crate::{Attrs, Error, PanicHook, PanicReport, Workqueue};
+use crate::threads::ThreadOptions;
+use crate::{Attrs, Error, PanicHook, PanicReport, WorkerThread, Workqueue};
 
 /// Builds a [`Workqueue`]; every setting has the kernel's default.
 #[derive(Clone)]
@@ -29,6 +30,7 @@ pub struct WorkqueueBuilder {
     strict: bool,
     cpumask: Option<CpuSet>,
     max_active: usize,
+    min_active: Option<usize>,
     ordered: bool,
     nice: i32,
     topology: Option<Topology>,
@@ -37,6 +39,9 @@ pub struct WorkqueueBuilder {
     auto: auto::Settings,
     panic_hook: Option<PanicHook>,
     error_hook: Option<ErrorHook>,
+    threads: ThreadOptions,
+    stall_threshold: Option<Duration>,
+    long_item_threshold: Option<Duration>,
 }
 
 impl fmt::Debug for WorkqueueBuilder {
@@ -47,6 +52,7 @@ impl fmt::Debug for WorkqueueBuilder {
             .field("strict", &self.strict)
             .field("cpumask", &self.cpumask)
             .field("max_active", &self.max_active)
+            .field("min_active", &self.min_active)
             .field("ordered", &self.ordered)
             .field("nice", &self.nice)
             .field("idle_timeout", &self.idle_timeout)
@@ -54,6 +60,12 @@ impl fmt::Debug for WorkqueueBuilder {
             .field("auto", &self.auto)
             .field("panic_hook", &self.panic_hook.is_some())
             .field("error_hook", &self.error_hook.is_some())
+            .field("thread_name", &self.threads.name.is_some())
+            .field("stack_size", &self.threads.stack_size)
+            .field("on_thread_start", &self.threads.on_start.is_some())
+            .field("on_thread_stop", &self.threads.on_stop.is_some())
+            .field("stall_threshold", &self.stall_threshold)
+            .field("long_item_threshold", &self.long_item_threshold)
             .finish_non_exhaustive()
     }
 }
@@ -112,6 +124,31 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// The per-node floor under the node shares of `max_active` (the kernel's
+    /// `workqueue_set_min_active` at creation; default `min(max_active, 8)`, the
+    /// kernel's `WQ_DFL_MIN_ACTIVE`): every node of the cpumask may run at least this
+    /// many items at once, whatever its share. Must not exceed `max_active`
+    /// ([`Error::InvalidMinActive`], where the kernel clamps); refused for ordered
+    /// workqueues ([`Error::Ordered`]). Changed live with [`Workqueue::set_min_active`].
+    ///
+    /// ```
+    /// use podq::{Topology, Workqueue};
+    ///
+    /// let wq = Workqueue::builder("doc-min-active-builder")
+    ///     .topology(Topology::synthetic("2s4c1t")?)
+    ///     .max_active(16)
+    ///     .min_active(12)
+    ///     .build()?;
+    /// assert_eq!(wq.attrs().min_active, 12);
+    /// let too_high = Workqueue::builder("doc-min-active-high").max_active(4).min_active(5);
+    /// assert!(too_high.build().is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn min_active(mut self, n: usize) -> Self {
+        self.min_active = Some(n);
+        self
+    }
+
     /// One item at a time in queueing order (default: false).
     pub fn ordered(mut self, ordered: bool) -> Self {
         self.ordered = ordered;
@@ -165,6 +202,100 @@ impl WorkqueueBuilder {
         self
     }
 
+    /// The name of each worker thread, from its pool's id and its index in the pool
+    /// (default: the kernel-style `podq/u<pool>:<index>`). The OS keeps the first 15
+    /// bytes; a name is cut at its first NUL byte. A panicking function is reported
+    /// through the panic hook and the default name used for that thread. The rescuer
+    /// keeps its kernel name, `podq/R-<workqueue>`.
+    ///
+    /// Setting any thread option gives the workqueue pools of its own: pools are
+    /// shared only between workqueues on default thread options.
+    ///
+    /// ```
+    /// let wq = podq::Workqueue::builder("doc-thread-name")
+    ///     .thread_name(|pool, index| format!("io-{pool}.{index}"))
+    ///     .build()?;
+    /// let name = wq.spawn(|| std::thread::current().name().map(str::to_owned));
+    /// assert!(name.join().unwrap().unwrap().starts_with("io-"));
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn thread_name(
+        mut self,
+        name: impl Fn(u64, usize) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.threads.name = Some(Arc::new(name));
+        self
+    }
+
+    /// The stack size of worker and rescuer threads, in bytes (default: the standard
+    /// library's, 2 MiB unless `RUST_MIN_STACK` says otherwise). The OS rounds it up to
+    /// its minimum; 0 is refused ([`Error::InvalidStackSize`]). A size the OS cannot
+    /// give fails thread creation, which is handled as any such failure (reported
+    /// through the error hook, retried, rescued when the workqueue has a rescuer).
+    pub fn stack_size(mut self, bytes: usize) -> Self {
+        self.threads.stack_size = Some(bytes);
+        self
+    }
+
+    /// A hook called on every new worker thread of this workqueue's pools, rescuer
+    /// included, before it runs any item (after its affinity and nice value are set),
+    /// with the pool and CPUs it serves. A panic in it is caught and reported through
+    /// the panic hook; the thread carries on.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let started = Arc::new(AtomicUsize::new(0));
+    /// let count = Arc::clone(&started);
+    /// let wq = podq::Workqueue::builder("doc-thread-start")
+    ///     .on_thread_start(move |t| {
+    ///         assert!(t.pool.is_some() && !t.cpus.is_empty());
+    ///         count.fetch_add(1, Ordering::SeqCst);
+    ///     })
+    ///     .build()?;
+    /// wq.spawn(|| ()).join().unwrap();
+    /// assert!(started.load(Ordering::SeqCst) >= 1);
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn on_thread_start(
+        mut self,
+        hook: impl Fn(&WorkerThread<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.threads.on_start = Some(Arc::new(hook));
+        self
+    }
+
+    /// A hook called on every worker thread of this workqueue's pools, rescuer
+    /// included, as it exits (reaped when idle, or its pool stopped), with the same
+    /// description as [`WorkqueueBuilder::on_thread_start`]. A panic in it is caught
+    /// and reported.
+    pub fn on_thread_stop(
+        mut self,
+        hook: impl Fn(&WorkerThread<'_>) + Send + Sync + 'static,
+    ) -> Self {
+        self.threads.on_stop = Some(Arc::new(hook));
+        self
+    }
+
+    /// This workqueue's stall threshold (default: the process-wide one,
+    /// [`crate::watchdog::set_stall_threshold`], 30 s): the watchdog reports one of its
+    /// items running this long, and a pool it uses whose pending items wait this long
+    /// with no progress (a pool shared by several workqueues uses the smallest of their
+    /// thresholds). At least 1 ms.
+    pub fn stall_threshold(mut self, threshold: Duration) -> Self {
+        self.stall_threshold = Some(threshold);
+        self
+    }
+
+    /// This workqueue's long-item threshold (default: the process-wide one,
+    /// [`crate::watchdog::set_long_item_threshold`], 1 s): its items that run this long
+    /// are counted in its stats, the first few with their label. At least 1 ms.
+    pub fn long_item_threshold(mut self, threshold: Duration) -> Self {
+        self.long_item_threshold = Some(threshold);
+        self
+    }
+
     /// Builds the workqueue, or says which setting is wrong.
     pub fn build(self) -> Result<Workqueue, Error> {
         if self.name.is_empty() {
@@ -172,6 +303,21 @@ impl WorkqueueBuilder {
         }
         if self.scope == Scope::Default {
             env_default()?;
+        }
+        if self.ordered && self.min_active.is_some() {
+            return Err(Error::Ordered {
+                wq: self.name,
+                what: "min_active",
+            });
+        }
+        if let Some(t) = self.stall_threshold {
+            crate::watchdog::check("stall", t)?;
+        }
+        if let Some(t) = self.long_item_threshold {
+            crate::watchdog::check("long-item", t)?;
+        }
+        if self.threads.stack_size == Some(0) {
+            return Err(Error::InvalidStackSize { bytes: 0 });
         }
         if self.auto.window < Duration::from_millis(1) {
             return Err(Error::InvalidAutoWindow {
@@ -196,11 +342,15 @@ impl WorkqueueBuilder {
             cpumask,
             nice: self.nice,
             max_active: if self.ordered { 1 } else { self.max_active },
-            min_active: policy::min_active(if self.ordered { 1 } else { self.max_active }),
+            min_active: self.min_active.unwrap_or_else(|| {
+                policy::min_active(if self.ordered { 1 } else { self.max_active })
+            }),
             ordered: self.ordered,
         };
         attrs::validate(&attrs)?;
         pool::start_manager()?;
+        crate::watchdog::start()?;
+        let threads = Arc::new(self.threads.seal(&self.name, self.panic_hook.clone()));
         let node_ids = topology.nodes();
         let fallback = node_ids.len();
         let mut node_index = vec![fallback; node_ids.last().map_or(0, |n| n + 1)];
@@ -237,13 +387,16 @@ impl WorkqueueBuilder {
             counters: ItemCounters::default(),
             panic_hook: self.panic_hook,
             error_hook: self.error_hook,
+            threads,
+            watch: crate::watchdog::WqWatch::new(self.stall_threshold, self.long_item_threshold),
         });
         {
             let mut cfg = lock(&shared.config);
             shared.apply(&mut cfg, attrs)?;
         }
         if self.rescuer {
-            pool::start_rescuer(shared.id, &shared.name)?;
+            let cpus = shared.cpu_map.reals(&lock(&shared.config).attrs.cpumask);
+            pool::start_rescuer(shared.id, &shared.name, &shared.threads, cpus)?;
         }
         let on_auto = lock(&shared.config).auto.is_some();
         let mut wqs = lock(registry());
@@ -268,6 +421,7 @@ impl Workqueue {
             strict: false,
             cpumask: None,
             max_active: policy::WQ_DFL_ACTIVE,
+            min_active: None,
             ordered: false,
             nice: 0,
             topology: None,
@@ -276,6 +430,9 @@ impl Workqueue {
             auto: auto::Settings::default(),
             panic_hook: None,
             error_hook: None,
+            threads: ThreadOptions::default(),
+            stall_threshold: None,
+            long_item_threshold: None,
         }
     }
 }

@@ -5,10 +5,8 @@
 //!
 //! Legend: W thread-private (it lives in the worker's thread-local, `context.rs`).
 
-use std::sync::Arc;
-
 use super::flush::Colour;
-use super::Pwq;
+use super::{Pwq, PwqRef};
 
 /// Most completions a worker holds before settling them: it bounds the slots a worker
 /// keeps from waiting items while it runs the rest of its batch.
@@ -18,7 +16,7 @@ const SETTLE_EVERY: u64 = 32;
 #[derive(Default)]
 pub(crate) struct Completions {
     /// W: the pwq of the held completions and how many of each colour.
-    held: Option<(Arc<Pwq>, [u64; 2])>,
+    held: Option<(PwqRef, [u64; 2])>,
     /// W: whether this thread holds completions at all (a worker inside its loop);
     /// elsewhere each one settles at once.
     deferring: bool,
@@ -36,14 +34,14 @@ impl Completions {
     /// An item of `pwq` with flush colour `colour` finished (or was dropped). Held
     /// with the others of the same pwq; settled at once when this thread does not
     /// defer, when a flusher waits, or when [`SETTLE_EVERY`] are held.
-    pub(crate) fn complete(&mut self, pwq: Arc<Pwq>, colour: Colour) {
+    pub(crate) fn complete(&mut self, pwq: PwqRef, colour: Colour) {
         let mut one = [0; 2];
         one[colour.index()] = 1;
         if !self.deferring {
-            return pwq.complete(one);
+            return Pwq::complete(pwq, one);
         }
         let held = match &mut self.held {
-            Some((p, done)) if Arc::ptr_eq(p, &pwq) => {
+            Some((p, done)) if p.same(&pwq) => {
                 done[colour.index()] += 1;
                 done[0] + done[1]
             }
@@ -66,7 +64,7 @@ impl Completions {
     /// blocks, goes idle or exits.
     pub(crate) fn settle(&mut self) {
         if let Some((pwq, done)) = self.held.take() {
-            pwq.complete(done);
+            Pwq::complete(pwq, done);
         }
     }
 }

@@ -48,6 +48,7 @@ impl ControlledQueue for WqHandle {
             cpumask: a.cpumask.clone(),
             nice: a.nice,
             max_active: a.max_active,
+            min_active: a.min_active,
             ordered: a.ordered,
         }
     }
@@ -65,6 +66,7 @@ impl ControlledQueue for WqHandle {
             AttrValue::Cpumask(mask) => wq.change(|a| a.cpumask = mask),
             AttrValue::Nice(nice) => wq.change(|a| a.nice = nice),
             AttrValue::MaxActive(n) => wq.set_max_active(n),
+            AttrValue::MinActive(n) => wq.set_min_active(n),
         };
         result.map_err(|e| ControlError::Rejected {
             what: format!("{attr} of {}", wq.name),
@@ -74,5 +76,9 @@ impl ControlledQueue for WqHandle {
 
     fn stats(&self) -> WorkqueueStats {
         self.shared.stats_snapshot()
+    }
+
+    fn dump(&self) -> crate::WorkqueueDump {
+        self.shared.dump()
     }
 }

@@ -121,6 +121,12 @@ impl InFlight {
     pub(crate) fn is_empty(&self) -> bool {
         self.word.load(SeqCst) & !DEAD == 0
     }
+
+    /// How many items are in flight, both colours together.
+    pub(crate) fn total(&self) -> u64 {
+        let word = self.word.load(SeqCst);
+        (word & COUNT) + ((word >> 32) & COUNT)
+    }
 }
 
 /// The flush state of one workqueue.

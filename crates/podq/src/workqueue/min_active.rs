@@ -36,7 +36,8 @@ impl Workqueue {
 }
 
 impl WqShared {
-    fn set_min_active(self: &Arc<Self>, n: usize) -> Result<(), Error> {
+    /// [`Workqueue::set_min_active`]; also what the control plane calls.
+    pub(super) fn set_min_active(self: &Arc<Self>, n: usize) -> Result<(), Error> {
         if self.ordered {
             return Err(Error::Ordered {
                 wq: self.name.clone(),
@@ -225,5 +226,45 @@ mod tests {
             .build()
             .unwrap();
         assert_eq!(ordered.attrs().min_active, 1);
+    }
+
+    #[test]
+    fn builder_option_sets_the_floor_and_is_checked() {
+        let wq = Workqueue::builder("min-active-builder")
+            .topology(fake_topology(2, 1, 4, 1))
+            .cpumask(CpuSet::parse_list("0-5").unwrap())
+            .scope(Scope::Numa)
+            .max_active(16)
+            .min_active(10)
+            .build()
+            .unwrap();
+        assert_eq!(wq.attrs().min_active, 10);
+        // ceil(16*4/6) = 11; ceil(16*2/6) = 6, lifted to the floor 10.
+        assert_eq!(node_limits(&wq), [11, 10]);
+
+        let err = Workqueue::builder("min-active-builder-high")
+            .max_active(4)
+            .min_active(5)
+            .build()
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "invalid min_active 5: must be in 0..=4 (the max_active)"
+        );
+        let err = Workqueue::builder("min-active-builder-ordered")
+            .ordered(true)
+            .min_active(1)
+            .build()
+            .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                Error::Ordered {
+                    what: "min_active",
+                    ..
+                }
+            ),
+            "{err}"
+        );
     }
 }

@@ -50,6 +50,11 @@ impl<P> NodeActive<P> {
         self.max.load(SeqCst)
     }
 
+    /// Whether every slot is taken now (a snapshot, for `Workqueue::congested`).
+    pub(crate) fn is_full(&self) -> bool {
+        policy::free_slots(self.nr.load(SeqCst), self.max.load(SeqCst)) == 0
+    }
+
     /// Takes a slot if one is free (`policy::may_activate`).
     pub(crate) fn try_inc(&self) -> bool {
         self.try_take(1) == 1

@@ -74,6 +74,8 @@ pub struct ThroughputParams {
     pub mode: Mode,
     /// `work` mode: prepared items each producer cycles through.
     pub works: usize,
+    /// `work` mode: CPU time each item spends.
+    pub work: Duration,
     /// Pin producer *i* to the *i*-th real CPU (round robin) whatever its virtual CPU,
     /// so that a topology with fewer virtual than real CPUs still uses them all.
     pub spread_real: bool,
@@ -237,6 +239,7 @@ impl ScaleParams {
                 items: total.div_ceil(producers as u64).max(1),
                 mode: Mode::Spawn,
                 works: DEFAULT_WORKS,
+                work: Duration::ZERO,
                 spread_real: true,
             },
             spec,
@@ -362,18 +365,26 @@ struct Coalescing {
 }
 
 impl Coalescing {
-    fn new(queue: &dyn Queue) -> Coalescing {
+    fn new(queue: &dyn Queue, work: Duration) -> Coalescing {
         let pending = Arc::new(AtomicBool::new(false));
-        let flag = Arc::clone(&pending);
-        let item = queue.prepare(Arc::new(move || {
+        let item = queue.prepare(item_body(work, Some(Arc::clone(&pending))));
+        Coalescing { pending, item }
+    }
+}
+
+/// The body of a `work`-mode item: clears the peer's pending flag if it has one, then
+/// spends `work` and counts the run.
+fn item_body(work: Duration, pending: Option<Arc<AtomicBool>>) -> crate::bench::system::Task {
+    Arc::new(move || {
+        if let Some(flag) = &pending {
             // AcqRel: acquires the writes of every call coalesced into this run (their
             // swaps form a release sequence with the one that queued it), and releases
             // to the next call that queues.
             flag.swap(false, AcqRel);
-            tally::bump();
-        }));
-        Coalescing { pending, item }
-    }
+        }
+        crate::bench::define::spin(work);
+        tally::bump();
+    })
 }
 
 impl Item for Coalescing {
@@ -404,10 +415,10 @@ fn producer(
     let works: Vec<Box<dyn Item>> = match params.mode {
         Mode::Spawn => Vec::new(),
         Mode::Work if queue.coalesces() => (0..params.works.max(1))
-            .map(|_| queue.prepare(Arc::new(tally::bump)))
+            .map(|_| queue.prepare(item_body(params.work, None)))
             .collect(),
         Mode::Work => (0..params.works.max(1))
-            .map(|_| Box::new(Coalescing::new(queue)) as Box<dyn Item>)
+            .map(|_| Box::new(Coalescing::new(queue, params.work)) as Box<dyn Item>)
             .collect(),
     };
     if pinned.is_ok() {
