@@ -56,7 +56,8 @@ pub struct Options<'a> {
     pub cpu: Option<usize>,
     /// `latency`: think time between items.
     pub think: Duration,
-    /// Items per producer (`throughput`'s submit calls, bench's default otherwise).
+    /// Items per producer (`throughput`: spawns, or runs in the `work` mode; bench's
+    /// default otherwise).
     pub items: Option<u64>,
     /// `throughput`'s `work` mode: prepared items per producer, the most it has pending.
     pub works: usize,
