@@ -23,7 +23,7 @@ use podq_topology::{CpuSet, Topology};
 
 use crate::cost::CostParams;
 use crate::distance::{c2c, Distance, Distances};
-use crate::events::{Event, EventQueue, Ns};
+use crate::events::{to_ns, Event, EventQueue, Ns};
 use crate::lock::{Lock, Side};
 use crate::programs::{Act, World};
 use crate::rng::Rng;
@@ -282,7 +282,7 @@ impl<'t> Sim<'t> {
         let t = &mut self.threads[tid];
         t.generation += 1;
         t.computing = None;
-        let at = self.now + after.max(0.0).round() as Ns;
+        let at = self.now + to_ns(after);
         self.events.push(
             at,
             Event::Step {
@@ -346,7 +346,7 @@ impl<'t> Sim<'t> {
                         1.0
                     };
                     let jitter = self.cost.jitter;
-                    let ns = self.rng.jitter((ns / speed).round() as u64, jitter);
+                    let ns = self.rng.jitter(to_ns(ns / speed), jitter);
                     self.step_after(tid, ns as f64);
                     self.threads[tid].computing = Some((self.now + ns, speed));
                     return;
@@ -511,7 +511,7 @@ impl<'t> Sim<'t> {
         } else {
             self.cost.wake_call
         };
-        latency = self.rng.jitter(latency.round() as u64, self.cost.jitter) as f64;
+        latency = self.rng.jitter(to_ns(latency), self.cost.jitter) as f64;
         self.threads[tid].state = State::Arriving;
         self.cpus[target].incoming += 1;
         self.events

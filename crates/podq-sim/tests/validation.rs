@@ -95,23 +95,20 @@ fn e1e_cpu_below_smt_cache_shard_and_numa_within_a_few_percent_e1d_strict_smt_wo
     let smt = node0_rate(Scope::Smt, false);
     assert!(cpu * 1.2 < smt, "cpu {cpu:.0} smt {smt:.0}");
     let cache = node0_rate(Scope::Cache, false);
-    for scope in [Scope::CacheShard, Scope::Numa] {
-        let other = node0_rate(scope, false);
-        assert!(
-            (other / cache - 1.0).abs() < 0.06,
-            "{scope} {other:.0} cache {cache:.0}"
-        );
-    }
+    let shard = node0_rate(Scope::CacheShard, false);
+    assert!(
+        (shard / cache - 1.0).abs() < 0.06,
+        "cache_shard {shard:.0} cache {cache:.0}"
+    );
+    // One LLC per node: numa's pods are cache's, so its pools and its run are too
+    // (the README's table shows the identical figures).
+    let (topo, _) = machine("xeon-2s24c");
+    assert_eq!(
+        topo.pods(Scope::Numa).unwrap().as_lists(),
+        topo.pods(Scope::Cache).unwrap().as_lists()
+    );
     let strict = node0_rate(Scope::Smt, true);
     assert!(strict * 1.1 < smt, "strict {strict:.0} non-strict {smt:.0}");
-}
-
-/// With CQs as ordinary threads (bench's miniature) the rise continues to `cache`.
-#[test]
-fn e1e_normal_priority_cqs_throughput_rises_from_smt_to_cache() {
-    let r = |scope| rate(&run("xeon-2s24c", normal(node0(), vec![]), scope, false)[0]);
-    let (smt, cache) = (r(Scope::Smt), r(Scope::Cache));
-    assert!(smt * 1.1 < cache, "smt {smt:.0} cache {cache:.0}");
 }
 
 /// With CQs as ordinary threads, node 1 idles far more than node 0. (With
@@ -137,12 +134,18 @@ fn e1b_normal_priority_cqs_all_on_node0_node1_idles_far_more() {
 
 /// Each segment lasts the validation length. Node 0's idle share follows throughput
 /// only once a segment is long enough for the old pwqs to drain and the balancer to
-/// settle (30 ms or more), so it is checked at that length (`.ci/run` uses 60 ms).
+/// settle (30 ms or more), so it is checked at that length (`.ci/run` uses 45 ms).
+///
+/// With CQs as ordinary threads (bench's miniature), and E1e's rise continuing to
+/// `cache`: the toggle's first segment is the smt run, measured over the same length
+/// after the same warm-up.
 #[test]
-fn e1c_normal_priority_cqs_toggling_smt_cache_shard_smt_moves_throughput_and_node0_idle_together() {
+fn e1c_e1e_normal_priority_cqs_toggle_moves_throughput_and_node0_idle_smt_below_cache() {
     let toggle = vec![Scope::Smt, Scope::CacheShard, Scope::Smt];
     let segs = run("xeon-2s24c", normal(node0(), toggle), Scope::Smt, false);
     let r: Vec<f64> = segs.iter().map(rate).collect();
+    let cache = rate(&run("xeon-2s24c", normal(node0(), vec![]), Scope::Cache, false)[0]);
+    assert!(r[0] * 1.1 < cache, "smt {:.0} cache {cache:.0}", r[0]);
     assert!(r[1] > r[0] * 1.05 && r[1] > r[2] * 1.05, "{r:?}");
     if virtual_ns() >= 30_000_000 {
         let idle0: Vec<f64> = segs.iter().map(|s| s.idle_per_node[0].1).collect();

@@ -125,8 +125,9 @@ struct Spawned<F, T> {
     state: AtomicU32,
     /// D: the closure.
     f: UnsafeCell<Option<F>>,
-    /// O: the result.
-    result: UnsafeCell<Option<Result<T, Panicked>>>,
+    /// O: the result (a panic boxed, so that the block stays small for the usual
+    /// case).
+    result: UnsafeCell<Option<Result<T, Box<Panicked>>>>,
     /// JW: the waiter.
     waiter: Mutex<Waiter>,
     /// I: the label [`crate::current`] reports while it runs.
@@ -154,7 +155,8 @@ impl<F, T> Spawned<F, T> {
     fn complete(&self, result: Result<T, Panicked>) {
         // SAFETY: `DONE` is not set yet and only the closure's owner completes, so
         // nobody else reads or writes the result now (O).
-        self.result.with_mut(|r| unsafe { *r = Some(result) });
+        self.result
+            .with_mut(|r| unsafe { *r = Some(result.map_err(Box::new)) });
         if self.state.fetch_or(DONE, AcqRel) & WAITING != 0 {
             let waiter = std::mem::replace(&mut *lock(&self.waiter), Waiter::None);
             waiter.wake();
@@ -226,7 +228,9 @@ where
         }
         // SAFETY: `DONE` is set (`Acquire` in `done`): the completer wrote the result
         // and will not touch it again, and only the one handle calls this (O).
-        self.result.with_mut(|r| unsafe { (*r).take() })
+        self.result
+            .with_mut(|r| unsafe { (*r).take() })
+            .map(|r| r.map_err(|panicked| *panicked))
     }
 
     fn wait_with(&self, waiter: Waiter) -> bool {

@@ -32,5 +32,5 @@ mod snapshot;
 pub(crate) use counters::{ItemCounters, OwnedCounter, PoolCounters, Recorder, WorkerCounters};
 use histogram::Histogram;
 #[cfg(feature = "stats")]
-pub(crate) use sample::{elapsed_ns, ns_between, sample_stamp};
+pub(crate) use sample::{elapsed_ns, sample_stamp, Stamp};
 pub use snapshot::{all, Latency, Locality, LockStats, PoolStats, Totals, WorkqueueStats};
