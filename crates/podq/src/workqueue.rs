@@ -70,6 +70,10 @@ use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
 
+/// Inactive-list capacity a pwq keeps once its list empties (48 KiB of entries); a
+/// flood's larger list is freed.
+const KEPT_INACTIVE: usize = 1024;
+
 thread_local! {
     /// W: the last CPU chosen round-robin by this thread (`wq_rr_cpu_last`).
     static RR_LAST: Cell<Option<usize>> = const { Cell::new(None) };
@@ -682,6 +686,10 @@ impl WqShared {
                         st.on_pending = false;
                     }
                     pwq.pool.core.push_many(st.inactive.drain(..count));
+                    if st.inactive.is_empty() && st.inactive.capacity() > KEPT_INACTIVE {
+                        // A flood is over: give its list's memory back.
+                        st.inactive.shrink_to(KEPT_INACTIVE);
+                    }
                     count
                 }
             };
