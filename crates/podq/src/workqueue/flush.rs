@@ -347,4 +347,37 @@ mod loom_tests {
             assert!(pwq.is_empty());
         });
     }
+
+    /// A queue call counting its item on a pwq races with an attribute change taking
+    /// the pwq out of the table (`Pwq::count_in` against `InFlight::leave`): either the
+    /// item is counted and the pwq stays alive until that item's removal retires it,
+    /// or the pwq retired first and the add is refused (the queuer retries on the new
+    /// table). Never both, never neither.
+    #[test]
+    fn loom_queue_call_against_attribute_change() {
+        loom::model(|| {
+            let pwq = Arc::new(InFlight::default());
+            let colour = FlushDomain::colour(0);
+            let queuer = {
+                let pwq = pwq.clone();
+                loom::thread::spawn(move || {
+                    if !pwq.add(colour, 1) {
+                        return None;
+                    }
+                    Some(pwq.remove([1, 0]).retired)
+                })
+            };
+            let retired_by_change = pwq.leave();
+            match queuer.join().unwrap() {
+                None => assert!(retired_by_change, "refused only by a retired pwq"),
+                Some(retired_by_item) => {
+                    assert!(
+                        retired_by_change ^ retired_by_item,
+                        "retired exactly once, and not under a counted item"
+                    );
+                }
+            }
+            assert!(pwq.is_empty() && !pwq.add(colour, 1));
+        });
+    }
 }
