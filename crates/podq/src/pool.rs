@@ -265,28 +265,41 @@ impl PoolCore {
         }
     }
 
-    /// Appends an active item to the worklist and kicks the pool. The pool lock is
-    /// taken only when the counts read without it say a worker may need waking or
-    /// creating (`policy::kick` on them, then again under the lock).
-    pub(crate) fn push(self: &Arc<Self>, entry: Entry) {
-        self.worklist.push(entry, &self.stats.enqueue_lock);
-        self.kick();
-    }
-
     /// Appends activated items to the worklist in one acquisition, without a kick: the
     /// caller kicks once it has released the pwq lock.
     pub(crate) fn push_many(&self, entries: impl ExactSizeIterator<Item = Entry>) {
         self.worklist.push_many(entries, &self.stats.enqueue_lock);
     }
 
+    /// Appends an active item to the worklist. The pool lock is not taken: this returns
+    /// the pool to kick ([`PoolCore::wake_or_start`], once the caller's locks are
+    /// released) only when the counts read without the lock say a worker may need
+    /// waking or creating (`policy::kick` on them, then again under the lock). The
+    /// caller keeps the pool alive until then.
+    #[must_use]
+    pub(crate) fn push(self: &Arc<Self>, entry: Entry) -> Option<Arc<PoolCore>> {
+        self.worklist.push(entry, &self.stats.enqueue_lock);
+        self.kick_wanted().then(|| Arc::clone(self))
+    }
+
     /// Kicks the pool if the counts read without the lock say so.
     pub(crate) fn kick(self: &Arc<Self>) {
+        if self.kick_wanted() {
+            self.wake_or_start();
+        }
+    }
+
+    /// Whether a worker may need waking or creating, from the counts read without the
+    /// pool lock.
+    fn kick_wanted(&self) -> bool {
         // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit
         // (their write, a fence, then the length).
         fence(SeqCst);
-        if policy::kick(self.load_unlocked()) == Kick::Nothing {
-            return;
-        }
+        policy::kick(self.load_unlocked()) != Kick::Nothing
+    }
+
+    /// Under the pool lock, wakes or starts a worker if one is needed.
+    pub(crate) fn wake_or_start(self: &Arc<Self>) {
         let mut st = lock(&self.state);
         let action = self.kick_locked(&mut st);
         drop(st);

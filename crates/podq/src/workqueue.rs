@@ -623,35 +623,41 @@ impl WqShared {
                 queued_at: crate::stats::sample_stamp(),
             },
         };
-        if !pwq.gate.load(SeqCst) && node.try_inc() {
-            pool.push(entry);
-            return Ok(());
+        // The table lock ends before any kick: waking or starting a worker may call
+        // an error hook (thread creation failed), which may change this workqueue.
+        let mut join_pending = false;
+        let kick = if !pwq.gate.load(SeqCst) && node.try_inc() {
+            pool.push(entry)
+        } else {
+            let mut st = lock(&pwq.state);
+            let admit = policy::admit(st.queue(), || node.try_inc());
+            match admit.admission {
+                Admission::Activate => {
+                    drop(st);
+                    pool.push(entry)
+                }
+                Admission::Wait => {
+                    self.counters.max_active_waits.inc();
+                    pool.stats.items.max_active_waits.inc();
+                    st.inactive.push_back(entry);
+                    join_pending = admit.join_pending;
+                    if join_pending {
+                        st.on_pending = true;
+                        node.push_pending(Arc::clone(pwq));
+                    }
+                    pwq.set_gate(&st);
+                    None
+                }
+            }
+        };
+        drop(table);
+        if let Some(pool) = kick {
+            pool.wake_or_start();
         }
-        let mut st = lock(&pwq.state);
-        let admit = policy::admit(st.queue(), || node.try_inc());
-        match admit.admission {
-            Admission::Activate => {
-                drop(st);
-                pool.push(entry);
-            }
-            Admission::Wait => {
-                self.counters.max_active_waits.inc();
-                pool.stats.items.max_active_waits.inc();
-                st.inactive.push_back(entry);
-                let join_pending = admit.join_pending;
-                if join_pending {
-                    st.on_pending = true;
-                    node.push_pending(Arc::clone(pwq));
-                }
-                pwq.set_gate(&st);
-                drop(st);
-                if join_pending {
-                    drop(table);
-                    // A slot may have been freed between our failed try and joining
-                    // the pending list; its releaser may not have seen us.
-                    self.activate(node);
-                }
-            }
+        if join_pending {
+            // A slot may have been freed between our failed try and joining the
+            // pending list; its releaser may not have seen us.
+            self.activate(node);
         }
         Ok(())
     }

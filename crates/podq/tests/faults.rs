@@ -245,3 +245,38 @@ fn a_workqueue_error_hook_replaces_the_process_wide_one() {
         "the process-wide hook was not"
     );
 }
+
+/// The error hook runs in the queue call that found no worker could start, with no
+/// podq lock held: a hook that changes the workqueue's own attributes there completes
+/// (it would deadlock on the queue path's table lock otherwise), and the item runs.
+#[test]
+fn an_error_hook_may_change_its_own_workqueue() {
+    let _faults = Faults::new(Duration::from_millis(20));
+    let slot: Arc<Mutex<Option<Workqueue>>> = Arc::new(Mutex::new(None));
+    let changes = counter();
+    let (hook_slot, hook_changes) = (slot.clone(), changes.clone());
+    let wq = Workqueue::builder("fault-hook-changes")
+        .idle_timeout(Duration::from_millis(1005))
+        .error_hook(move |_report| {
+            let wq = hook_slot.lock().unwrap().clone();
+            if let Some(wq) = wq {
+                wq.set_scope(podq::Scope::System).unwrap();
+                hook_changes.fetch_add(1, SeqCst);
+            }
+        })
+        .build()
+        .unwrap();
+    *slot.lock().unwrap() = Some(wq.clone());
+    let injected = inject(1);
+    let runs = counter();
+    spawn_counting(&wq, &runs);
+    assert!(
+        flush_within(&wq, Duration::from_secs(20)),
+        "the retry ran it"
+    );
+    drop(injected);
+    assert_eq!(runs.load(SeqCst), 1);
+    assert!(changes.load(SeqCst) >= 1, "the hook changed the workqueue");
+    assert_eq!(wq.effective_scope(), podq::Scope::System);
+    slot.lock().unwrap().take();
+}
