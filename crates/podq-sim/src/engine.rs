@@ -733,31 +733,38 @@ mod tests {
         }
     }
 
-    /// A high-priority thread waking onto a CPU where a normal one computes runs at
-    /// once; the normal one keeps what was left of its computation and runs after it.
-    #[test]
-    fn a_high_priority_wake_up_preempts_a_computing_normal_thread() {
-        let topo = Topology::synthetic("1s2c1t").unwrap();
+    /// A simulator on `topo` with two producer threads pinned to CPU 0, the first
+    /// computing 10 us and the second 1 us before they block; returns it and their ids.
+    fn two_threads_on_one_cpu(topo: &Topology) -> (Sim<'_>, Tid, Tid) {
         let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
         cost.jitter = 0.0;
         let world = World::new(Workload::Queue {
             producer_cpus: vec![0],
             item_ns: 0,
         });
-        let mut sim = Sim::new(&topo, cost, 1, world);
+        let mut sim = Sim::new(topo, cost, 1, world);
         let one = CpuSet::single(0);
-        let normal = sim.spawn(
+        let first = sim.spawn(
             Role::Producer(0),
             one.clone(),
             0,
             vec![Op::Compute(10_000.0), Op::Block],
         );
-        let high = sim.spawn(
+        let second = sim.spawn(
             Role::Producer(1),
             one,
             0,
             vec![Op::Compute(1_000.0), Op::Block],
         );
+        (sim, first, second)
+    }
+
+    /// A high-priority thread waking onto a CPU where a normal one computes runs at
+    /// once; the normal one keeps what was left of its computation and runs after it.
+    #[test]
+    fn a_high_priority_wake_up_preempts_a_computing_normal_thread() {
+        let topo = Topology::synthetic("1s2c1t").unwrap();
+        let (mut sim, normal, high) = two_threads_on_one_cpu(&topo);
         sim.threads[high].high = true;
         // Wake-up 2 us, context switch 1.1 us: the normal thread computes 3.1-13.1 us.
         sim.wake(normal, 0, 0, None);
@@ -777,26 +784,7 @@ mod tests {
     #[test]
     fn a_normal_wake_up_waits_for_the_running_thread() {
         let topo = Topology::synthetic("1s2c1t").unwrap();
-        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
-        cost.jitter = 0.0;
-        let world = World::new(Workload::Queue {
-            producer_cpus: vec![0],
-            item_ns: 0,
-        });
-        let mut sim = Sim::new(&topo, cost, 1, world);
-        let one = CpuSet::single(0);
-        let first = sim.spawn(
-            Role::Producer(0),
-            one.clone(),
-            0,
-            vec![Op::Compute(10_000.0), Op::Block],
-        );
-        let second = sim.spawn(
-            Role::Producer(1),
-            one,
-            0,
-            vec![Op::Compute(1_000.0), Op::Block],
-        );
+        let (mut sim, first, second) = two_threads_on_one_cpu(&topo);
         sim.wake(first, 0, 0, None);
         drain(&mut sim, 5_000);
         sim.now = 5_000;
