@@ -140,6 +140,15 @@ fn fails<S: AsRef<std::ffi::OsStr> + std::fmt::Debug>(args: &[S], code: i32) -> 
     String::from_utf8(out.stderr).unwrap()
 }
 
+/// The arguments of `podq ctl --socket SOCK REST...`.
+fn ctl_args(sock: &str, rest: &[&str]) -> Vec<String> {
+    ["ctl", "--socket", sock]
+        .iter()
+        .chain(rest)
+        .map(|s| s.to_string())
+        .collect()
+}
+
 fn server(dir: &Path) -> ControlServer {
     ControlServer::builder()
         .path(dir.join("ctl.sock"))
@@ -152,13 +161,7 @@ fn ctl_reads_and_writes_attributes() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(dir.path());
     let sock = server.path().to_str().unwrap();
-    let ctl = |rest: &[&'static str]| -> Vec<String> {
-        ["ctl", "--socket", sock]
-            .iter()
-            .chain(rest)
-            .map(|s| s.to_string())
-            .collect()
-    };
+    let ctl = |rest: &[&str]| ctl_args(sock, rest);
 
     let list = ok(&ctl(&["list"]));
     assert!(list.starts_with("NAME"), "{list}");
@@ -207,13 +210,7 @@ fn ctl_errors_exit_1_with_the_servers_message() {
     let dir = tempfile::tempdir().unwrap();
     let server = server(dir.path());
     let sock = server.path().to_str().unwrap();
-    let ctl = |rest: &[&'static str]| -> Vec<String> {
-        ["ctl", "--socket", sock]
-            .iter()
-            .chain(rest)
-            .map(|s| s.to_string())
-            .collect()
-    };
+    let ctl = |rest: &[&str]| ctl_args(sock, rest);
     for (args, needle) in [
         (ctl(&["get", "nope", "nice"]), "unknown workqueue `nope`"),
         (

@@ -173,7 +173,7 @@ fn input_the_simulator_refuses_is_named() {
         ),
         (
             &["sim", "latency", "--cpu", "500"][..],
-            "--cpu 500 is not a CPU",
+            "--cpu 500 is not a usable CPU",
         ),
         (
             &["sim", "completion", "--cq-placement", "0-3,999"][..],
@@ -217,6 +217,44 @@ fn bench_with_sim_prints_real_and_simulated_side_by_side() {
         0,
         "{row}"
     );
+    // One definition for both: the item work bench spins is the simulated items' CPU time.
+    let out = podq(&[
+        "bench",
+        "latency",
+        "--topology",
+        "fake:1s2c1t",
+        "--scopes",
+        "cpu",
+        "--strict",
+        "off",
+        "--duration",
+        "30ms",
+        "--rounds",
+        "1",
+        "--item-work",
+        "300us",
+        "--sim",
+        "xeon-12c",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    let row = text
+        .lines()
+        .skip_while(|l| !l.contains("real against simulated"))
+        .find(|l| l.starts_with("latency"))
+        .unwrap_or_else(|| panic!("{text}"));
+    // test, scope, real items/s, sim items/s, real p50 (value unit), sim p50 (value unit).
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    for (value, unit) in [(cells[4], cells[5]), (cells[6], cells[7])] {
+        let v: f64 = value.parse().unwrap_or_else(|_| panic!("{row}"));
+        let us = match unit {
+            "µs" => v,
+            "ms" => v * 1000.0,
+            _ => panic!("{row}"),
+        };
+        assert!(us >= 300.0, "a clat below the item's work: {row}");
+    }
     for (args, expect) in [
         (
             &["bench", "peers", "--sim", "xeon-12c"][..],

@@ -11,8 +11,11 @@
 //! CPU of the hint's LLC, else of the waker's LLC (wake-affine), else it queues on the
 //! hint CPU. A CPU that goes idle pulls a waiting thread from the nearest CPU (LLC,
 //! node, machine); every `balance_interval` waiting threads move to idle CPUs. A
-//! thread waits behind a running one until that one blocks or has run one `slice`.
-//! Switching threads costs `context_switch`; running on a new CPU costs a migration.
+//! thread waits behind a running one until that one blocks or has run one `slice`,
+//! except a high-priority thread (a `WQ_HIGHPRI` kworker's nice -20: EEVDF gives it the
+//! earlier deadline), which preempts a computing normal thread at once and queues ahead
+//! of normal ones otherwise. Switching threads costs `context_switch`; running on a new
+//! CPU costs a migration.
 
 use std::collections::VecDeque;
 
@@ -20,7 +23,7 @@ use podq_topology::{CpuSet, Topology};
 
 use crate::cost::CostParams;
 use crate::distance::{c2c, Distance, Distances};
-use crate::events::{Event, EventQueue, Ns};
+use crate::events::{to_ns, Event, EventQueue, Ns};
 use crate::lock::{Lock, Side};
 use crate::programs::{Act, World};
 use crate::rng::Rng;
@@ -98,6 +101,14 @@ pub struct Thread {
     pub held: u32,
     /// Worker: when its current item started.
     pub item_since: Ns,
+    /// When it became runnable without a CPU (queued or migrating), if it is.
+    pub runnable_since: Option<Ns>,
+    /// High priority (a `WQ_HIGHPRI` kworker's nice -20): preempts a normal thread on
+    /// waking, and a normal thread never preempts it.
+    pub high: bool,
+    /// The `Compute` in progress: when it ends and the speed it runs at, so that a
+    /// preemption can put back what is left.
+    pub computing: Option<(Ns, f64)>,
 }
 
 /// A virtual CPU.
@@ -144,6 +155,11 @@ pub struct Counters {
     pub workers_created: u64,
     /// Workers reaped.
     pub workers_reaped: u64,
+    /// Time threads spent runnable on a run queue or migrating, not running (schedstat's
+    /// `run_delay`), ns: producers, workers.
+    pub run_delay_ns: [u64; 2],
+    /// Normal threads preempted by a waking high-priority one.
+    pub preemptions: u64,
 }
 
 /// The whole simulated machine.
@@ -254,6 +270,9 @@ impl<'t> Sim<'t> {
             spinning: false,
             held: 0,
             item_since: 0,
+            runnable_since: None,
+            high: false,
+            computing: None,
         });
         self.threads.len() - 1
     }
@@ -262,7 +281,8 @@ impl<'t> Sim<'t> {
     pub fn step_after(&mut self, tid: Tid, after: f64) {
         let t = &mut self.threads[tid];
         t.generation += 1;
-        let at = self.now + after.max(0.0).round() as Ns;
+        t.computing = None;
+        let at = self.now + to_ns(after);
         self.events.push(
             at,
             Event::Step {
@@ -298,9 +318,19 @@ impl<'t> Sim<'t> {
             match op {
                 Op::Compute(ns) => {
                     let cpu = self.threads[tid].cpu;
-                    if !self.cpus[cpu].rq.is_empty()
-                        && self.threads[tid].held == 0
-                        && self.now - self.threads[tid].ran_since >= self.cost.slice as Ns
+                    let high_waits = self.cpus[cpu]
+                        .rq
+                        .front()
+                        .is_some_and(|&w| self.threads[w].high);
+                    let yields = if self.threads[tid].high {
+                        high_waits
+                    } else {
+                        !self.cpus[cpu].rq.is_empty()
+                    };
+                    let t = &self.threads[tid];
+                    if t.held == 0
+                        && ((yields && self.now - t.ran_since >= self.cost.slice as Ns)
+                            || (high_waits && !t.high))
                     {
                         self.threads[tid].ops.push_front(op);
                         self.preempt(tid);
@@ -316,8 +346,9 @@ impl<'t> Sim<'t> {
                         1.0
                     };
                     let jitter = self.cost.jitter;
-                    let ns = self.rng.jitter((ns / speed).round() as u64, jitter);
+                    let ns = self.rng.jitter(to_ns(ns / speed), jitter);
                     self.step_after(tid, ns as f64);
+                    self.threads[tid].computing = Some((self.now + ns, speed));
                     return;
                 }
                 Op::Lock(lock, side) => {
@@ -409,6 +440,7 @@ impl<'t> Sim<'t> {
     fn preempt(&mut self, tid: Tid) {
         let cpu = self.threads[tid].cpu;
         self.threads[tid].state = State::Runnable;
+        self.threads[tid].runnable_since = Some(self.now);
         self.cpus[cpu].last = Some(tid);
         self.cpus[cpu].rq.push_back(tid);
         self.waiting += 1;
@@ -440,6 +472,10 @@ impl<'t> Sim<'t> {
             charge += self.cost.context_switch;
         }
         let t = &mut self.threads[tid];
+        if let Some(since) = t.runnable_since.take() {
+            let role = usize::from(matches!(t.role, Role::Worker(_)));
+            self.counters.run_delay_ns[role] += self.now - since;
+        }
         let from = t.cpu;
         t.state = State::Running;
         t.cpu = cpu;
@@ -475,7 +511,7 @@ impl<'t> Sim<'t> {
         } else {
             self.cost.wake_call
         };
-        latency = self.rng.jitter(latency.round() as u64, self.cost.jitter) as f64;
+        latency = self.rng.jitter(to_ns(latency), self.cost.jitter) as f64;
         self.threads[tid].state = State::Arriving;
         self.cpus[target].incoming += 1;
         self.events
@@ -485,11 +521,21 @@ impl<'t> Sim<'t> {
     /// Handles an `Arrive` event.
     pub fn on_arrive(&mut self, tid: Tid, cpu: usize) {
         self.cpus[cpu].incoming -= 1;
-        if self.cpus[cpu].running.is_none() && self.cpus[cpu].rq.is_empty() {
+        let free = self.cpus[cpu].running.is_none() && self.cpus[cpu].rq.is_empty();
+        if free || self.preempt_for(tid, cpu) {
             self.start(cpu, tid);
         } else {
-            self.threads[tid].state = State::Runnable;
-            self.cpus[cpu].rq.push_back(tid);
+            let high = self.threads[tid].high;
+            let t = &mut self.threads[tid];
+            t.state = State::Runnable;
+            t.runnable_since.get_or_insert(self.now);
+            // A high-priority thread goes ahead of the normal ones (EEVDF: its
+            // deadline is earlier by the weight ratio).
+            let rq = &mut self.cpus[cpu].rq;
+            match rq.iter().position(|&w| high && !self.threads[w].high) {
+                Some(at) => rq.insert(at, tid),
+                None => rq.push_back(tid),
+            }
             self.waiting += 1;
             // podq's spinner yields to a runnable thread on its CPU: its spin ends now.
             if let Some(running) = self.cpus[cpu].running {
@@ -499,6 +545,40 @@ impl<'t> Sim<'t> {
                 }
             }
         }
+    }
+
+    /// A high-priority `tid` arriving on `cpu` preempts the normal thread computing
+    /// there (not one holding or waiting for a lock: spinlocks disable preemption);
+    /// the preempted thread keeps what is left of its computation and runs next.
+    /// Returns whether `cpu` is now free for `tid`.
+    fn preempt_for(&mut self, tid: Tid, cpu: usize) -> bool {
+        let Some(running) = self.cpus[cpu].running else {
+            return false;
+        };
+        let r = &self.threads[running];
+        let Some((end, speed)) = r.computing else {
+            return false;
+        };
+        let high_waits = self.cpus[cpu]
+            .rq
+            .front()
+            .is_some_and(|&w| self.threads[w].high);
+        if !self.threads[tid].high || r.high || r.held > 0 || high_waits {
+            return false;
+        }
+        let left = end.saturating_sub(self.now) as f64 * speed;
+        let r = &mut self.threads[running];
+        r.generation += 1;
+        r.computing = None;
+        r.ops.push_front(Op::Compute(left));
+        r.state = State::Runnable;
+        r.runnable_since = Some(self.now);
+        self.cpus[cpu].last = Some(running);
+        self.cpus[cpu].rq.push_front(running);
+        self.waiting += 1;
+        self.counters.preemptions += 1;
+        self.set_running(cpu, None);
+        true
     }
 
     fn select_cpu(&self, tid: Tid, waker: usize, hint: usize, mask: Option<&CpuSet>) -> usize {
@@ -628,3 +708,103 @@ impl<'t> Sim<'t> {
 
 /// Marks a `Step` event's generation as a sleep timer.
 pub const TIMER_BIT: u64 = 1 << 63;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::programs::World;
+    use crate::workload::Workload;
+
+    /// Runs the events up to `until` (all of them with `Ns::MAX`).
+    fn drain(sim: &mut Sim, until: Ns) {
+        sim.events.push(until, Event::End);
+        while let Some((at, event)) = sim.events.pop() {
+            match event {
+                Event::Step { tid, generation } => {
+                    sim.now = at;
+                    sim.on_step(tid, generation)
+                }
+                Event::Arrive { tid, cpu } => {
+                    sim.now = at;
+                    sim.on_arrive(tid, cpu)
+                }
+                _ => return,
+            }
+        }
+    }
+
+    /// A high-priority thread waking onto a CPU where a normal one computes runs at
+    /// once; the normal one keeps what was left of its computation and runs after it.
+    #[test]
+    fn a_high_priority_wake_up_preempts_a_computing_normal_thread() {
+        let topo = Topology::synthetic("1s2c1t").unwrap();
+        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
+        cost.jitter = 0.0;
+        let world = World::new(Workload::Queue {
+            producer_cpus: vec![0],
+            item_ns: 0,
+        });
+        let mut sim = Sim::new(&topo, cost, 1, world);
+        let one = CpuSet::single(0);
+        let normal = sim.spawn(
+            Role::Producer(0),
+            one.clone(),
+            0,
+            vec![Op::Compute(10_000.0), Op::Block],
+        );
+        let high = sim.spawn(
+            Role::Producer(1),
+            one,
+            0,
+            vec![Op::Compute(1_000.0), Op::Block],
+        );
+        sim.threads[high].high = true;
+        // Wake-up 2 us, context switch 1.1 us: the normal thread computes 3.1-13.1 us.
+        sim.wake(normal, 0, 0, None);
+        drain(&mut sim, 5_000);
+        sim.now = 5_000;
+        // The CPU is busy: the waker's 500 ns call, arrival at 5.5 us, 7.6 us left.
+        sim.wake(high, 0, 0, None);
+        drain(&mut sim, Ns::MAX);
+        assert_eq!(sim.counters.preemptions, 1);
+        // 5.5 + 1.1 + 1 = 7.6 us, then 1.1 + 7.6 us for the preempted thread.
+        assert_eq!(sim.now, 16_300);
+        assert_eq!(sim.counters.run_delay_ns, [2_100, 0]);
+        assert_eq!(sim.busy_ns(0), 16_300 - 2_000);
+    }
+
+    /// Without the priority the woken thread waits for the running one to block.
+    #[test]
+    fn a_normal_wake_up_waits_for_the_running_thread() {
+        let topo = Topology::synthetic("1s2c1t").unwrap();
+        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
+        cost.jitter = 0.0;
+        let world = World::new(Workload::Queue {
+            producer_cpus: vec![0],
+            item_ns: 0,
+        });
+        let mut sim = Sim::new(&topo, cost, 1, world);
+        let one = CpuSet::single(0);
+        let first = sim.spawn(
+            Role::Producer(0),
+            one.clone(),
+            0,
+            vec![Op::Compute(10_000.0), Op::Block],
+        );
+        let second = sim.spawn(
+            Role::Producer(1),
+            one,
+            0,
+            vec![Op::Compute(1_000.0), Op::Block],
+        );
+        sim.wake(first, 0, 0, None);
+        drain(&mut sim, 5_000);
+        sim.now = 5_000;
+        sim.wake(second, 0, 0, None);
+        drain(&mut sim, Ns::MAX);
+        assert_eq!(sim.counters.preemptions, 0);
+        // The second waits 5.5-13.1 us, then 1.1 + 1 us.
+        assert_eq!(sim.now, 15_200);
+        assert_eq!(sim.counters.run_delay_ns, [7_600, 0]);
+    }
+}

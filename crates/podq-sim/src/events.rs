@@ -34,6 +34,13 @@ pub enum Event {
     End,
 }
 
+/// `x` ns rounded to the nearest whole ns (halves up), negatives to 0: `f64::round`
+/// without its library call, which the hot paths would pay on every step.
+#[inline]
+pub fn to_ns(x: f64) -> Ns {
+    (x + 0.5) as Ns
+}
+
 /// The pending events.
 #[derive(Default)]
 pub struct EventQueue {
@@ -65,6 +72,14 @@ impl EventQueue {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_ns_rounds_halves_up_and_negatives_to_zero() {
+        assert_eq!(to_ns(2.4), 2);
+        assert_eq!(to_ns(2.5), 3);
+        assert_eq!(to_ns(-3.0), 0);
+        assert_eq!(to_ns(1e9 + 0.49), 1_000_000_000);
+    }
 
     #[test]
     fn earliest_first_ties_in_insertion_order() {

@@ -31,8 +31,9 @@
 //! # What is not modelled
 //! Memory bandwidth saturation, interrupts and softirqs, the node lock of `max_active`
 //! counters, the lock of another pool taken when activating one of its items, and
-//! priorities (`nice`). Lock waiters spin; a run queue is FIFO; a woken thread
-//! preempts only after the running one had a full slice.
+//! priorities (`nice`) other than one high class for `completion`'s CQ producers.
+//! Lock waiters spin; a run queue is FIFO (high-priority threads first); a woken
+//! normal thread preempts only after the running one had a full slice.
 
 pub mod auto;
 pub mod cost;
@@ -260,6 +261,8 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
     };
     for (p, &cpu) in producer_cpus.iter().enumerate() {
         let tid = sim.spawn(Role::Producer(p), CpuSet::single(cpu), cpu, Vec::new());
+        sim.threads[tid].high =
+            matches!(&spec.workload, Workload::Completion(c) if c.high_priority);
         let first_io = sim.world.ios.len();
         for _ in 0..depth {
             sim.world.ios.push(Io {
@@ -440,6 +443,11 @@ fn counters_since(b: &Counters, a: &Counters) -> Counters {
         repatriations: b.repatriations - a.repatriations,
         workers_created: b.workers_created - a.workers_created,
         workers_reaped: b.workers_reaped - a.workers_reaped,
+        run_delay_ns: [
+            b.run_delay_ns[0] - a.run_delay_ns[0],
+            b.run_delay_ns[1] - a.run_delay_ns[1],
+        ],
+        preemptions: b.preemptions - a.preemptions,
     }
 }
 

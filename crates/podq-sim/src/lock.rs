@@ -12,7 +12,7 @@ use serde::Serialize;
 
 use crate::distance::Distance;
 use crate::engine::{Sim, Tid};
-use crate::events::Ns;
+use crate::events::{to_ns, Ns};
 
 /// Which use of a lock an acquisition counts as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +140,7 @@ impl Sim<'_> {
         l.last_cpu = Some(next_cpu);
         let c = &mut l.counts[index(side)];
         c.contended += 1;
-        c.wait_ns += self.now + handoff.round() as Ns - since;
+        c.wait_ns += self.now + to_ns(handoff) - since;
         self.step_after(next, handoff);
     }
 }

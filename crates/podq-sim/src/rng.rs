@@ -38,7 +38,7 @@ impl Rng {
             return ns;
         }
         let unit = (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64;
-        (ns as f64 * (1.0 - jitter + 2.0 * jitter * unit)).round() as u64
+        crate::events::to_ns(ns as f64 * (1.0 - jitter + 2.0 * jitter * unit))
     }
 }
 

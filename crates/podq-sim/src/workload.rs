@@ -60,6 +60,11 @@ pub struct CompletionSpec {
     pub remote_free: RemoteFree,
     /// CPU time of a producer per I/O (completion handling), ns.
     pub producer_ns: Ns,
+    /// The producers run at high priority and preempt the workers on their CPUs, as
+    /// the kernel's completion handlers do: xprtrdma polls its CQs with
+    /// `IB_POLL_WORKQUEUE`, on `ib-comp-wq`, a per-CPU `WQ_HIGHPRI` workqueue whose
+    /// workers run at nice -20. False: normal threads, as `podq bench`'s producers.
+    pub high_priority: bool,
     /// CPU time of an rpciod item besides its buffer read and allocator work, ns.
     pub rpciod_ns: Ns,
     /// CPU time of an nfsiod item besides its allocator work, ns.

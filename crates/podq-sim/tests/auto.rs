@@ -18,6 +18,10 @@ fn run(moves: Vec<Vec<usize>>, scope: Scope) -> podq_sim::SimOutput {
             alloc_cache: 16,
             remote_free: RemoteFree::Cpu,
             producer_ns: 2_000,
+            // Ordinary producer threads, as bench's: with high-priority ones the
+            // preempted non-strict workers leave node 0 by themselves and the load
+            // never piles up.
+            high_priority: false,
             rpciod_ns: 16_000,
             nfsiod_ns: 4_000,
             toggle: Vec::new(),

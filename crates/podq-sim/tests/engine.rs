@@ -20,6 +20,7 @@ fn completion(cpus: Vec<usize>) -> Workload {
         alloc_cache: 16,
         remote_free: RemoteFree::Cpu,
         producer_ns: 2_000,
+        high_priority: true,
         rpciod_ns: 16_000,
         nfsiod_ns: 4_000,
         toggle: Vec::new(),

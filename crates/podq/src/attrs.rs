@@ -10,6 +10,7 @@ pub(crate) fn validate(attrs: &Attrs) -> Result<(), Error> {
     if attrs.cpumask.is_empty() {
         return Err(Error::EmptyCpumask);
     }
+    crate::auto::available(attrs.scope)?;
     if !policy::NICE_RANGE.contains(&attrs.nice) {
         return Err(Error::InvalidNice { value: attrs.nice });
     }

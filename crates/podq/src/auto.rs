@@ -10,12 +10,12 @@
 //! default, `cache_shard`, when built on `auto`) and keeps its own controller state;
 //! setting strictness or the cpumask restarts the controller from the scope in force.
 //!
-//! What a window holds, from the statistics (so `auto` needs the `stats` feature;
-//! without it every window is quiet and the scope stays where it started): per pool of
-//! the scope in force, items queued and started, backlog (queued minus started),
-//! busy time (the run time of finished items), and pool-lock acquisitions, contended
-//! acquisitions and wait, enqueue and dequeue together; per workqueue, items finished
-//! and where items ran. Pools are shared by workqueues with equal pool attributes, so
+//! What a window holds, from the statistics (so `auto` needs the `stats` feature: a
+//! build without it refuses `auto` with [`Error::AutoNeedsStats`] wherever a scope is
+//! set): per pool of the scope in force, items queued and started, backlog (queued
+//! minus started), busy time (the run time of finished items), and pool-lock
+//! acquisitions, contended acquisitions and wait, enqueue and dequeue together; per
+//! workqueue, items finished and where items ran. Pools are shared by workqueues with equal pool attributes, so
 //! a pool's numbers include other workqueues' items. A pool first seen in a window (a
 //! switch just made it) only sets its baseline.
 //!
@@ -38,6 +38,19 @@ use crate::policy::auto::{
 use crate::stats::PoolStats;
 use crate::sync::{lock_std as lock, wait_std};
 use crate::Error;
+
+/// Refuses [`Scope::Auto`] in a build without the `stats` feature ([`Error::AutoNeedsStats`]).
+///
+/// Without the statistics every window would be quiet and the workqueue would stay at
+/// its starting scope for good while reporting `auto`: a silent fixed scope. Refusing it
+/// where it is asked for (builder, `set_scope`, `set_attrs`, the control plane,
+/// `set_default_scope`, `PODQ_DEFAULT_AFFINITY_SCOPE`) tells the caller at once.
+pub(crate) fn available(scope: Scope) -> Result<(), Error> {
+    if scope == Scope::Auto && !cfg!(feature = "stats") {
+        return Err(Error::AutoNeedsStats);
+    }
+    Ok(())
+}
 
 /// Switches kept in [`AutoStats::history`].
 pub const HISTORY: usize = 64;

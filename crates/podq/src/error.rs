@@ -79,6 +79,10 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The `auto` scope asked of a build without the `stats` feature: `auto` chooses from
+    /// the statistics, which that build does not record, so it would never switch.
+    #[error("the `auto` scope needs podq's `stats` feature: it chooses from the statistics, which this build compiles out")]
+    AutoNeedsStats,
     /// [`crate::Work::disable`] on an item already disabled as deep as it goes.
     #[error("work item is disabled {max} times already: cannot disable it again")]
     DisableDepth {

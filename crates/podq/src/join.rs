@@ -125,10 +125,13 @@ struct Spawned<F, T> {
     state: AtomicU32,
     /// D: the closure.
     f: UnsafeCell<Option<F>>,
-    /// O: the result.
-    result: UnsafeCell<Option<Result<T, Panicked>>>,
+    /// O: the result (a panic boxed, so that the block stays small for the usual
+    /// case).
+    result: UnsafeCell<Option<Result<T, Box<Panicked>>>>,
     /// V: the waiter.
     waiter: Mutex<Waiter>,
+    /// I: the label [`crate::current`] reports while it runs.
+    label: Option<Arc<str>>,
 }
 
 // SAFETY: the closure is touched only by the one thread whose `fetch_or` set `TAKEN`
@@ -152,7 +155,8 @@ impl<F, T> Spawned<F, T> {
     fn complete(&self, result: Result<T, Panicked>) {
         // SAFETY: `DONE` is not set yet and only the closure's owner completes, so
         // nobody else reads or writes the result now (O).
-        self.result.with_mut(|r| unsafe { *r = Some(result) });
+        self.result
+            .with_mut(|r| unsafe { *r = Some(result.map_err(Box::new)) });
         if self.state.fetch_or(DONE, AcqRel) & WAITING != 0 {
             let waiter = std::mem::replace(&mut *lock(&self.waiter), Waiter::None);
             waiter.wake();
@@ -175,6 +179,7 @@ where
 {
     fn run(&self) -> Option<String> {
         let f = self.take_closure()?;
+        let _label = crate::current::Labelled::new(self.label.as_ref());
         match catch_unwind(AssertUnwindSafe(f)) {
             Ok(v) => {
                 self.complete(Ok(v));
@@ -223,7 +228,9 @@ where
         }
         // SAFETY: `DONE` is set (`Acquire` in `done`): the completer wrote the result
         // and will not touch it again, and only the one handle calls this (O).
-        self.result.with_mut(|r| unsafe { (*r).take() })
+        self.result
+            .with_mut(|r| unsafe { (*r).take() })
+            .map(|r| r.map_err(|panicked| *panicked))
     }
 
     fn wait_with(&self, waiter: Waiter) -> bool {
@@ -238,12 +245,11 @@ where
 
 /// A spawned item as it travels through a workqueue. Dropped without [`OnceTask::run`]
 /// (refused, or lost with its workqueue), it completes the handle with an error.
-pub(crate) struct OnceTask(Option<Arc<dyn RunOnce>>, Option<Arc<str>>);
+pub(crate) struct OnceTask(Option<Arc<dyn RunOnce>>);
 
 impl OnceTask {
     /// Runs the item; returns its panic message if it panicked.
     pub(crate) fn run(mut self) -> Option<String> {
-        let _label = crate::current::Labelled::new(self.1.as_ref());
         self.0.take().and_then(|spawned| spawned.run())
     }
 }
@@ -343,6 +349,7 @@ pub(crate) fn pair_named<T: Send + 'static>(
         f: UnsafeCell::new(Some(f)),
         result: UnsafeCell::new(None),
         waiter: Mutex::new(Waiter::None),
+        label,
     });
     let task: Arc<dyn RunOnce> = spawned.clone();
     (
@@ -350,7 +357,7 @@ pub(crate) fn pair_named<T: Send + 'static>(
             shared: spawned,
             claimed: false,
         },
-        OnceTask(Some(task), label),
+        OnceTask(Some(task)),
     )
 }
 

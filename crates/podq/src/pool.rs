@@ -724,14 +724,18 @@ fn execute(
     cpu::set_thread_cpu(Some(cpu));
     record.started();
     wq.counters.started.inc();
-    // Two clock reads per measured item (`stats::SAMPLE_EVERY`): the start (also the
+    // Two clock reads per measured item (`stats/sample.rs`): the start (also the
     // end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
     let start = {
-        record.locality(policy::locality(&owner.topology, meta.queued_cpu, cpu));
+        record.locality(policy::locality(
+            &owner.topology,
+            meta.queued_cpu as usize,
+            cpu,
+        ));
         meta.queued_at.map(|queued| {
             let start = Instant::now();
-            record.queue_to_start(crate::stats::ns_between(queued, start));
+            record.queue_to_start(queued.ns_until(start));
             start
         })
     };

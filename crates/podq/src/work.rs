@@ -6,8 +6,6 @@ mod state;
 use std::any::Any;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-#[cfg(feature = "stats")]
-use std::time::Instant;
 
 pub(crate) use state::{Start, WorkState, PENDING};
 use state::{MAX_DISABLE_DEPTH, RUNNING};
@@ -256,9 +254,20 @@ pub(crate) struct EntryMeta {
     pub(crate) colour: Colour,
     /// The CPU of the queueing thread, in the workqueue's topology.
     #[cfg_attr(not(feature = "stats"), allow(dead_code))]
-    pub(crate) queued_cpu: usize,
-    /// When it was queued, for the one item in `stats::SAMPLE_EVERY` whose latency is
+    pub(crate) queued_cpu: u32,
+    /// When it was queued, for the one item in `stats/sample.rs` whose latency is
     /// measured.
     #[cfg(feature = "stats")]
-    pub(crate) queued_at: Option<Instant>,
+    pub(crate) queued_at: Option<crate::stats::Stamp>,
+}
+
+#[cfg(all(test, not(loom)))]
+mod size_tests {
+    /// A queue entry's size is memory per queued item (the README's Performance
+    /// section gives it): this keeps a change that grows it visible.
+    #[test]
+    fn a_queue_entry_is_48_bytes() {
+        let expected = if cfg!(feature = "stats") { 48 } else { 40 };
+        assert_eq!(std::mem::size_of::<super::Entry>(), expected);
+    }
 }

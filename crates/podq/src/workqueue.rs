@@ -613,7 +613,7 @@ impl WqShared {
             meta: EntryMeta {
                 pwq: PwqRef::counted(pwq),
                 colour,
-                queued_cpu,
+                queued_cpu: u32::try_from(queued_cpu).unwrap_or(u32::MAX),
                 #[cfg(feature = "stats")]
                 queued_at: crate::stats::sample_stamp(),
             },

@@ -1,6 +1,7 @@
 //! The `auto` scope on real workqueues: where it starts, what the stats and the control
 //! plane say, and every item run exactly once while the sampler switches scopes under
-//! a load that moves between the nodes of a fake topology.
+//! a load that moves between the nodes of a fake topology. Needs the `stats` feature
+//! (a build without it refuses `auto`: `auto_without_stats.rs`).
 
 use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
 use std::sync::Arc;
@@ -9,6 +10,8 @@ use std::time::{Duration, Instant};
 use podq::policy::auto::{AutoConfig, Reason};
 use podq::testing::fake_topology;
 use podq::{Scope, Workqueue};
+
+mod common;
 
 #[test]
 fn auto_starts_at_the_builtin_default_and_reports_itself() {
@@ -54,32 +57,24 @@ fn auto_starts_at_the_builtin_default_and_reports_itself() {
 #[cfg(feature = "control")]
 #[test]
 fn control_plane_sets_and_shows_auto() {
-    use podq::control::{Client, ControlServer};
+    use common::{control, get_attr, set_attr};
 
-    let dir = tempfile::tempdir().unwrap();
-    let server = ControlServer::builder()
-        .path(dir.path().join("ctl.sock"))
-        .build()
-        .unwrap();
-    let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
+    let mut ctl = control();
     let wq = Workqueue::builder("auto_ctl")
         .topology(fake_topology(1, 1, 4, 2))
         .scope(Scope::Smt)
         .build()
         .unwrap();
     wq.expose().unwrap();
-    let request = |line: &str| podq::control::parse_request(line.as_bytes()).unwrap();
-    let set = client
-        .call(&request(
-            r#"{"cmd":"set","queue":"auto_ctl","attr":"affinity_scope","value":"auto"}"#,
-        ))
+    let set = ctl
+        .client
+        .call(&set_attr("auto_ctl", "affinity_scope", "auto"))
         .unwrap();
     assert!(set.ok, "{set:?}");
     assert_eq!(wq.attrs().scope, Scope::Auto);
-    let got = client
-        .call(&request(
-            r#"{"cmd":"get","queue":"auto_ctl","attr":"affinity_scope"}"#,
-        ))
+    let got = ctl
+        .client
+        .call(&get_attr("auto_ctl", "affinity_scope"))
         .unwrap();
     assert_eq!(got.value.as_deref(), Some("auto (smt)"));
 }
@@ -88,10 +83,6 @@ fn control_plane_sets_and_shows_auto() {
 /// enough that the sampler switches on what it measures here: every item runs exactly
 /// once, whatever the switches.
 #[test]
-#[cfg_attr(
-    not(feature = "stats"),
-    ignore = "auto decides from the statistics, which this build compiles out"
-)]
 fn items_run_exactly_once_across_auto_switches() {
     let topology = fake_topology(2, 2, 2, 2);
     let node_cpus = [topology.node_cpus(0), topology.node_cpus(1)];

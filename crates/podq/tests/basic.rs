@@ -6,10 +6,10 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::Duration;
 
 use podq::testing::fake_topology;
-use podq::{CpuSet, DelayedWork, Error, Scope, Work, Workqueue};
+use podq::{CpuSet, Error, Scope, Work, Workqueue};
 
 mod common;
-use common::counter;
+use common::{counter, counting_delayed, counting_work, spawn_counting};
 
 fn quiet_panics() {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -195,10 +195,7 @@ fn cancel_removes_a_pending_item() {
         g.wait();
     });
     let runs = counter();
-    let r = runs.clone();
-    let work = Work::new(move || {
-        r.fetch_add(1, SeqCst);
-    });
+    let work = counting_work(&runs);
     wq.queue(&blocker);
     wq.queue(&work);
     assert!(work.cancel());
@@ -337,10 +334,7 @@ fn drain_accepts_only_chained_work() {
 fn delayed_work() {
     let wq = Workqueue::builder("t-delayed").build().unwrap();
     let runs = counter();
-    let r = runs.clone();
-    let dwork = DelayedWork::new(move || {
-        r.fetch_add(1, SeqCst);
-    });
+    let dwork = counting_delayed(&runs);
     assert!(wq.queue_delayed(&dwork, Duration::from_millis(5)));
     assert!(!wq.queue_delayed(&dwork, Duration::from_millis(5)));
     while runs.load(SeqCst) == 0 {
@@ -368,18 +362,10 @@ fn delayed_work() {
 #[test]
 fn dropping_a_workqueue_cancels_timers_and_finishes_items() {
     let runs = counter();
-    let dwork = {
-        let r = runs.clone();
-        DelayedWork::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let dwork = counting_delayed(&runs);
     let wq = Workqueue::builder("t-drop").build().unwrap();
     for _ in 0..100 {
-        let r = runs.clone();
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     assert!(wq.queue_delayed(&dwork, Duration::from_secs(3600)));
     drop(wq);
@@ -501,10 +487,7 @@ fn drain_refuses_delayed_items_from_outside() {
         g.wait();
     });
     let runs = counter();
-    let r = runs.clone();
-    let dwork = DelayedWork::new(move || {
-        r.fetch_add(1, SeqCst);
-    });
+    let dwork = counting_delayed(&runs);
     let outsider = {
         let (wq, dwork) = (wq.clone(), dwork.clone());
         std::thread::spawn(move || {

@@ -1,19 +1,16 @@
 //! The process default scope through the control plane: queues on `default` follow it
 //! live. (A test binary of its own: it changes process-wide state.)
 
-use std::time::Duration;
-
-use podq::control::{Client, ControlServer, Request};
+use podq::control::{Client, Request};
 use podq::{Scope, Workqueue};
+
+mod common;
+use common::{control, get_attr};
 
 #[test]
 fn default_scope_changes_follow_live() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = ControlServer::builder()
-        .path(dir.path().join("ctl.sock"))
-        .build()
-        .unwrap();
-    let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
+    let mut ctl = control();
+    let client = &mut ctl.client;
     let follower = Workqueue::builder("follower").build().unwrap();
     let fixed = Workqueue::builder("fixed")
         .scope(Scope::Numa)
@@ -22,10 +19,7 @@ fn default_scope_changes_follow_live() {
     follower.expose().unwrap();
     fixed.expose().unwrap();
     let get = |client: &mut Client, queue: &str| {
-        let request = Request::Get {
-            queue: queue.into(),
-            attr: "affinity_scope".into(),
-        };
+        let request = get_attr(queue, "affinity_scope");
         client.call(&request).unwrap().value.unwrap()
     };
     for scope in ["smt", "system", "cache_shard"] {
@@ -34,9 +28,9 @@ fn default_scope_changes_follow_live() {
         };
         assert_eq!(client.call(&set).unwrap().value.unwrap(), scope);
         assert_eq!(podq::default_scope().name(), scope);
-        assert_eq!(get(&mut client, "follower"), format!("default ({scope})"));
+        assert_eq!(get(client, "follower"), format!("default ({scope})"));
         assert_eq!(follower.effective_scope().name(), scope);
-        assert_eq!(get(&mut client, "fixed"), "numa");
+        assert_eq!(get(client, "fixed"), "numa");
     }
     let refused = Request::SetDefaultScope {
         value: "default".into(),

@@ -1,26 +1,22 @@
 //! The control plane over real workqueues: visibility, live attribute changes through
 //! the protocol, the runtime's refusals, the default scope, and stats.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::Ordering;
 
-use podq::control::{Client, ControlServer, Reply, Request};
-use podq::{CpuSet, Scope, Topology, Work, Workqueue};
+use podq::control::{Client, Reply, Request};
+use podq::{CpuSet, Scope, Topology, Workqueue};
 
+mod common;
+use common::{control, counter, counting_work, request};
+
+/// Sends a request written as its protocol line; error replies come back as replies.
 fn call(client: &mut Client, line: &str) -> Reply {
-    let request = podq::control::parse_request(line.as_bytes()).unwrap();
-    client.request(&request).unwrap()
+    client.request(&request(line)).unwrap()
 }
 
 #[test]
 fn control_drives_real_workqueues() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = ControlServer::builder()
-        .path(dir.path().join("ctl.sock"))
-        .build()
-        .unwrap();
-    let mut client = Client::connect(server.path(), Duration::from_secs(10)).unwrap();
+    let mut ctl = control();
     // Four possible virtual CPUs (two cores of two threads), of which 0-2 are usable,
     // mapped onto the real ones.
     let topology = Topology::synthetic("1s2c2t")
@@ -42,7 +38,7 @@ fn control_drives_real_workqueues() {
     let err = rpciod.clone().expose().unwrap_err().to_string();
     assert!(err.contains("`rt_rpciod` already exists"), "{err}");
 
-    let list = client.call(&Request::List).unwrap().queues.unwrap();
+    let list = ctl.client.call(&Request::List).unwrap().queues.unwrap();
     let names: Vec<&str> = list.iter().map(|q| q.name.as_str()).collect();
     assert!(
         names.contains(&"rt_rpciod") && names.contains(&"rt_nfsiod"),
@@ -61,11 +57,8 @@ fn control_drives_real_workqueues() {
     );
 
     // Live changes land in the runtime, and work keeps running across them.
-    let ran = Arc::new(AtomicUsize::new(0));
-    let counter = Arc::clone(&ran);
-    let work = Work::new(move || {
-        counter.fetch_add(1, Ordering::SeqCst);
-    });
+    let ran = counter();
+    let work = counting_work(&ran);
     for (attr, value, read_back) in [
         ("affinity_scope", "cpu", "cpu"),
         ("affinity_strict", "1", "1"),
@@ -76,7 +69,7 @@ fn control_drives_real_workqueues() {
         let line =
             format!(r#"{{"cmd":"set","queue":"rt_rpciod","attr":"{attr}","value":"{value}"}}"#);
         assert_eq!(
-            call(&mut client, &line),
+            call(&mut ctl.client, &line),
             Reply::value(read_back.into()),
             "{attr}"
         );
@@ -89,7 +82,7 @@ fn control_drives_real_workqueues() {
     assert!(attrs.strict);
     assert_eq!(attrs.cpumask.to_list(), "0,2");
     let reply = call(
-        &mut client,
+        &mut ctl.client,
         r#"{"cmd":"set","queue":"rt_rpciod","attr":"cpumask","value":"8"}"#,
     );
     let err = reply.error_text().unwrap();
@@ -104,7 +97,7 @@ fn control_drives_real_workqueues() {
     // The runtime's own refusals come back with its reason (above); the parser's
     // before the runtime is asked.
     let reply = call(
-        &mut client,
+        &mut ctl.client,
         r#"{"cmd":"set","queue":"rt_rpciod","attr":"cpumask","value":"10"}"#,
     );
     let err = reply.error_text().unwrap();
@@ -118,24 +111,24 @@ fn control_drives_real_workqueues() {
         call(client, &line)
     };
     assert_eq!(
-        set(&mut client, "min_active", "12"),
+        set(&mut ctl.client, "min_active", "12"),
         Reply::value("12".into())
     );
     assert_eq!(rpciod.attrs().min_active, 12);
-    let reply = set(&mut client, "min_active", "3000");
+    let reply = set(&mut ctl.client, "min_active", "3000");
     let err = reply.error_text().unwrap();
     assert!(err.contains("invalid value `3000` for min_active"), "{err}");
     assert_eq!(
-        set(&mut client, "max_active", "4"),
+        set(&mut ctl.client, "max_active", "4"),
         Reply::value("4".into())
     );
-    let list = client.call(&Request::List).unwrap().queues.unwrap();
+    let list = ctl.client.call(&Request::List).unwrap().queues.unwrap();
     let rpc = list.iter().find(|q| q.name == "rt_rpciod").unwrap();
     assert_eq!(
         (rpc.max_active.as_str(), rpc.min_active.as_str()),
         ("4", "4")
     );
-    let reply = set(&mut client, "min_active", "5");
+    let reply = set(&mut ctl.client, "min_active", "5");
     assert_eq!(
         reply.error_text().unwrap(),
         "cannot set min_active of rt_rpciod: invalid min_active 5: must be in 0..=4 (the max_active)"
@@ -143,7 +136,7 @@ fn control_drives_real_workqueues() {
     assert_eq!(rpciod.attrs().min_active, 4, "unchanged");
 
     // Stats carry the queue's own totals.
-    let reply = call(&mut client, r#"{"cmd":"stats","queue":"rt_rpciod"}"#);
+    let reply = call(&mut ctl.client, r#"{"cmd":"stats","queue":"rt_rpciod"}"#);
     let stats = &reply.stats.unwrap()[0];
     assert_eq!(stats.name, "rt_rpciod");
     if cfg!(feature = "stats") {
@@ -151,16 +144,16 @@ fn control_drives_real_workqueues() {
     }
 
     // State dumps, of one queue or of all visible ones.
-    let reply = call(&mut client, r#"{"cmd":"dump","queue":"rt_rpciod"}"#);
+    let reply = call(&mut ctl.client, r#"{"cmd":"dump","queue":"rt_rpciod"}"#);
     let dumps = reply.dump.unwrap();
     assert_eq!(dumps.len(), 1);
     assert_eq!(dumps[0].name, "rt_rpciod");
     assert_eq!((dumps[0].max_active, dumps[0].min_active), (4, 4));
     assert!(!dumps[0].pools.is_empty());
-    let reply = call(&mut client, r#"{"cmd":"dump"}"#);
+    let reply = call(&mut ctl.client, r#"{"cmd":"dump"}"#);
     let names: Vec<String> = reply.dump.unwrap().into_iter().map(|d| d.name).collect();
     assert!(names.contains(&"rt_nfsiod".to_owned()), "{names:?}");
-    let reply = call(&mut client, r#"{"cmd":"dump","queue":"nope"}"#);
+    let reply = call(&mut ctl.client, r#"{"cmd":"dump","queue":"nope"}"#);
     assert!(
         reply
             .error_text()
@@ -175,13 +168,13 @@ fn control_drives_real_workqueues() {
         let list = client.call(&Request::List).unwrap().queues.unwrap();
         list.iter().any(|q| q.name == name)
     };
-    assert!(!visible(&mut client, "rt_rpciod"));
+    assert!(!visible(&mut ctl.client, "rt_rpciod"));
     rpciod.expose().unwrap();
-    assert!(visible(&mut client, "rt_rpciod"));
+    assert!(visible(&mut ctl.client, "rt_rpciod"));
 
     // A dropped queue disappears.
     drop(nfsiod);
-    let list = client.call(&Request::List).unwrap().queues.unwrap();
+    let list = ctl.client.call(&Request::List).unwrap().queues.unwrap();
     assert!(list.iter().all(|q| q.name != "rt_nfsiod"));
-    drop(server);
+    drop(ctl.server);
 }

@@ -5,6 +5,8 @@
 
 use std::os::unix::process::CommandExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
+use std::sync::Arc;
 use std::time::Duration;
 
 use podq::control::{Client, ControlServer, Request};
@@ -39,7 +41,14 @@ fn thread_limit_child() {
         .build()
         .unwrap();
     // Build the workqueue before the limit, but queue after it: its workers cannot start.
-    let wq = Workqueue::builder("starved").build().unwrap();
+    let spawn_failures = Arc::new(AtomicU64::new(0));
+    let reported = Arc::clone(&spawn_failures);
+    let wq = Workqueue::builder("starved")
+        .error_hook(move |_| {
+            reported.fetch_add(1, SeqCst);
+        })
+        .build()
+        .unwrap();
     wq.expose().unwrap();
     forbid_new_threads();
 
@@ -59,23 +68,22 @@ fn thread_limit_child() {
         let list = client.call(&Request::List).unwrap().queues.unwrap();
         assert!(list.iter().any(|q| q.name == "starved"));
     }
-    // The counters are readable exactly while the failures happen.
-    let mut client = Client::connect(server.path(), Duration::from_secs(5)).unwrap();
+    // The counters are readable exactly while the failures happen: the hook has been
+    // told of one (its SeqCst add, made after the counter's, orders the two).
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let failures = loop {
-        let stats = client
-            .call(&Request::Stats {
-                queue: Some("starved".into()),
-            })
-            .unwrap()
-            .stats
-            .unwrap();
-        let failures: u64 = stats[0].pools.iter().map(|p| p.worker_spawn_failures).sum();
-        if failures > 0 || std::time::Instant::now() > deadline {
-            break failures;
-        }
+    while spawn_failures.load(SeqCst) == 0 && std::time::Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
-    };
+    }
+    assert!(spawn_failures.load(SeqCst) > 0, "no spawn failure reported");
+    let mut client = Client::connect(server.path(), Duration::from_secs(5)).unwrap();
+    let stats = client
+        .call(&Request::Stats {
+            queue: Some("starved".into()),
+        })
+        .unwrap()
+        .stats
+        .unwrap();
+    let failures: u64 = stats[0].pools.iter().map(|p| p.worker_spawn_failures).sum();
     if cfg!(feature = "stats") {
         assert!(failures > 0, "no spawn failure counted");
     }

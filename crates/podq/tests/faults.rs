@@ -4,6 +4,10 @@
 //!
 //! Each test builds its workqueue with an idle timeout no other test uses: pools are
 //! shared by key, and the timeout is part of it, so the pools start with no worker.
+//!
+//! What the tests see holds with and without the `stats` feature: the error hook's
+//! calls and the worker threads in `/proc` always; the pool counters where they are
+//! recorded.
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -11,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use podq::fault::{fail_worker_spawns, set_create_cooldown, CREATE_COOLDOWN};
 use podq::testing::fake_topology;
-use podq::{DelayedWork, Error, Scope, Work, Workqueue};
+use podq::{Error, Scope, Workqueue};
 
 mod common;
-use common::{counter, flush_within};
+use common::{
+    counter, counting_delayed, counting_work, flush_within, pool_threads, spawn_counting,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -53,6 +59,33 @@ impl Drop for Faults {
     }
 }
 
+/// Fails the next `n` worker creations (`u64::MAX`: all) until dropped. Taken after
+/// the workqueue is built, it is dropped before it: a failing assertion then drops a
+/// workqueue whose pools can start workers again, and the test fails instead of hanging
+/// in the drop's drain.
+struct Injected;
+
+fn inject(n: u64) -> Injected {
+    fail_worker_spawns(n);
+    Injected
+}
+
+impl Drop for Injected {
+    fn drop(&mut self) {
+        fail_worker_spawns(0);
+    }
+}
+
+/// Sums one counter over the pools of a snapshot.
+fn pool_sum(stats: &podq::stats::WorkqueueStats, f: fn(&podq::stats::PoolStats) -> u64) -> u64 {
+    stats.pools.iter().map(f).sum()
+}
+
+/// Worker threads of the pools `wq` uses now.
+fn worker_threads(wq: &Workqueue) -> usize {
+    wq.stats().pools.iter().map(|p| pool_threads(p.id)).sum()
+}
+
 #[test]
 fn rescuer_runs_the_items_while_no_worker_can_start() {
     let faults = Faults::new(CREATE_COOLDOWN);
@@ -64,30 +97,17 @@ fn rescuer_runs_the_items_while_no_worker_can_start() {
         .rescuer(true)
         .build()
         .unwrap();
-    fail_worker_spawns(u64::MAX);
+    let _injected = inject(u64::MAX);
     let runs = counter();
     for i in 0..200 {
-        let r = runs.clone();
         podq::set_thread_cpu(Some(i % 4));
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     podq::set_thread_cpu(None);
     let work_runs = counter();
-    let work = {
-        let r = work_runs.clone();
-        Work::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let work = counting_work(&work_runs);
     assert!(wq.queue(&work));
-    let delayed = {
-        let r = work_runs.clone();
-        DelayedWork::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let delayed = counting_delayed(&work_runs);
     assert!(wq.queue_delayed(&delayed, Duration::from_millis(5)));
     let joined = wq.spawn(|| 42);
     assert_eq!(joined.join().unwrap(), 42, "a joined item completes");
@@ -98,17 +118,20 @@ fn rescuer_runs_the_items_while_no_worker_can_start() {
     delayed.flush();
     assert_eq!(runs.load(SeqCst), 200);
     assert_eq!(work_runs.load(SeqCst), 2);
-    let stats = wq.stats();
-    let sum = |f: fn(&podq::stats::PoolStats) -> u64| stats.pools.iter().map(f).sum::<u64>();
-    assert_eq!(sum(|p| p.workers_created), 0, "no worker ever started");
-    assert!(sum(|p| p.worker_spawn_failures) >= 1);
-    assert!(sum(|p| p.maydays) >= 1);
-    assert_eq!(sum(|p| p.rescued), 203, "the rescuer ran every item");
-    assert_eq!(stats.totals.completed, 203);
+    assert_eq!(worker_threads(&wq), 0, "no worker ever started");
     assert!(
         faults.hook_calls.load(SeqCst) >= 1,
         "failure reported to the hook"
     );
+    let stats = wq.stats();
+    let sum = |f| pool_sum(&stats, f);
+    if cfg!(feature = "stats") {
+        assert_eq!(sum(|p| p.workers_created), 0, "no worker ever started");
+        assert!(sum(|p| p.worker_spawn_failures) >= 1);
+        assert!(sum(|p| p.maydays) >= 1);
+        assert_eq!(sum(|p| p.rescued), 203, "the rescuer ran every item");
+        assert_eq!(stats.totals.completed, 203);
+    }
     eprintln!(
         "rescued: {} items, {} spawn failures, {} maydays, {} hook calls",
         sum(|p| p.rescued),
@@ -116,7 +139,6 @@ fn rescuer_runs_the_items_while_no_worker_can_start() {
         sum(|p| p.maydays),
         faults.hook_calls.load(SeqCst)
     );
-    drop(wq);
 }
 
 #[test]
@@ -127,13 +149,10 @@ fn without_a_rescuer_items_wait_and_run_once_creation_recovers() {
         .idle_timeout(Duration::from_millis(1002))
         .build()
         .unwrap();
-    fail_worker_spawns(u64::MAX);
+    let injected = inject(u64::MAX);
     let runs = counter();
     for _ in 0..100 {
-        let r = runs.clone();
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     // Nothing can run; the pool retries every cooldown and reports each failure.
     let start = Instant::now();
@@ -141,26 +160,33 @@ fn without_a_rescuer_items_wait_and_run_once_creation_recovers() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(runs.load(SeqCst), 0, "no worker, no rescuer: nothing ran");
-    let stats = wq.stats();
-    let failures: u64 = stats.pools.iter().map(|p| p.worker_spawn_failures).sum();
+    let hook_calls = faults.hook_calls.load(SeqCst);
     assert!(
-        failures >= 4,
-        "retried after each cooldown ({failures} failures)"
+        hook_calls >= 4,
+        "retried after each cooldown ({hook_calls} failures reported)"
     );
-    assert!(faults.hook_calls.load(SeqCst) >= 4);
-    assert_eq!(stats.totals.queued, 100, "every item is still held");
-    assert_eq!(stats.totals.started, 0);
+    assert_eq!(worker_threads(&wq), 0);
+    if cfg!(feature = "stats") {
+        let stats = wq.stats();
+        let failures = pool_sum(&stats, |p| p.worker_spawn_failures);
+        assert!(failures >= 4, "{failures} failures counted");
+        assert_eq!(stats.totals.queued, 100, "every item is still held");
+        assert_eq!(stats.totals.started, 0);
+    }
     // The limit lifts: the next retry starts a worker and everything runs, once.
-    fail_worker_spawns(0);
+    drop(injected);
     assert!(
         flush_within(&wq, Duration::from_secs(20)),
         "items ran once creation recovered"
     );
     assert_eq!(runs.load(SeqCst), 100);
-    let stats = wq.stats();
-    assert!(stats.pools.iter().map(|p| p.workers_created).sum::<u64>() >= 1);
-    assert_eq!(stats.totals.completed, 100);
-    eprintln!("waited out {failures} spawn failures, then ran 100 items");
+    assert!(worker_threads(&wq) >= 1, "a worker started");
+    if cfg!(feature = "stats") {
+        let stats = wq.stats();
+        assert!(pool_sum(&stats, |p| p.workers_created) >= 1);
+        assert_eq!(stats.totals.completed, 100);
+    }
+    eprintln!("waited out {hook_calls} spawn failures, then ran 100 items");
 }
 
 #[test]
@@ -172,26 +198,19 @@ fn a_few_failures_are_absorbed_by_the_retry() {
         .idle_timeout(Duration::from_millis(1003))
         .build()
         .unwrap();
-    fail_worker_spawns(3);
+    let _injected = inject(3);
     let runs = counter();
     for i in 0..400 {
-        let r = runs.clone();
         podq::set_thread_cpu(Some(i % 4));
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     podq::set_thread_cpu(None);
     assert!(flush_within(&wq, Duration::from_secs(20)));
     assert_eq!(runs.load(SeqCst), 400);
-    let failures: u64 = wq
-        .stats()
-        .pools
-        .iter()
-        .map(|p| p.worker_spawn_failures)
-        .sum();
-    assert_eq!(failures, 3);
     assert_eq!(faults.hook_calls.load(SeqCst), 3);
+    if cfg!(feature = "stats") {
+        assert_eq!(pool_sum(&wq.stats(), |p| p.worker_spawn_failures), 3);
+    }
 }
 
 #[test]
@@ -207,12 +226,9 @@ fn a_workqueue_error_hook_replaces_the_process_wide_one() {
         })
         .build()
         .unwrap();
-    fail_worker_spawns(1);
+    let _injected = inject(1);
     let runs = counter();
-    let r = runs.clone();
-    wq.spawn(move || {
-        r.fetch_add(1, SeqCst);
-    });
+    spawn_counting(&wq, &runs);
     assert!(
         flush_within(&wq, Duration::from_secs(20)),
         "the retry ran it"

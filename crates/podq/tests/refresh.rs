@@ -204,8 +204,11 @@ fn workers_whose_affinity_cannot_be_set_still_run_their_items() {
     wq.flush();
     refresh_with(all).unwrap();
     assert_eq!(runs.load(SeqCst), 10 * cpus.len(), "every item ran");
-    let failures: u64 = wq.stats().pools.iter().map(|p| p.affinity_failures).sum();
-    assert!(failures >= 1, "the refused pinning was counted");
+    // A refused pinning is visible only in the counters.
+    if cfg!(feature = "stats") {
+        let failures: u64 = wq.stats().pools.iter().map(|p| p.affinity_failures).sum();
+        assert!(failures >= 1, "the refused pinning was counted");
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use podq::{DelayedWork, Work, Workqueue};
 
 mod common;
-use common::{counter, pool_threads, threads};
+use common::{counter, counting_delayed, counting_work, pool_threads, spawn_counting, threads};
 
 #[test]
 fn drop_runs_queued_items_and_waits_for_running_ones() {
@@ -32,18 +32,10 @@ fn drop_runs_queued_items_and_waits_for_running_ones() {
     let runs = counter();
     // With max_active 1 these wait on the inactive list behind the running item.
     for _ in 0..200 {
-        let r = runs.clone();
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     let work_runs = counter();
-    let work = {
-        let r = work_runs.clone();
-        Work::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let work = counting_work(&work_runs);
     assert!(wq.queue(&work));
     started.wait();
     drop(wq);
@@ -57,14 +49,7 @@ fn drop_runs_queued_items_and_waits_for_running_ones() {
 fn drop_cancels_delayed_items_on_the_timer() {
     let wq = Workqueue::builder("shut-timer").build().unwrap();
     let runs = counter();
-    let items: Vec<DelayedWork> = (0..10)
-        .map(|_| {
-            let r = runs.clone();
-            DelayedWork::new(move || {
-                r.fetch_add(1, SeqCst);
-            })
-        })
-        .collect();
+    let items: Vec<DelayedWork> = (0..10).map(|_| counting_delayed(&runs)).collect();
     for d in &items {
         assert!(wq.queue_delayed(d, Duration::from_millis(200)));
     }
@@ -141,10 +126,7 @@ fn drop_inside_an_item(wq: Workqueue, between: impl FnOnce(&Workqueue)) {
     };
     between(&wq);
     for _ in 0..50 {
-        let r = runs.clone();
-        wq.spawn(move || {
-            r.fetch_add(1, SeqCst);
-        });
+        spawn_counting(&wq, &runs);
     }
     gate.wait();
     drop(wq);
@@ -248,12 +230,7 @@ fn a_queue_call_refused_by_a_drain_leaves_the_item_idle() {
         })
     };
     let runs = counter();
-    let work = {
-        let r = runs.clone();
-        Work::new(move || {
-            r.fetch_add(1, SeqCst);
-        })
-    };
+    let work = counting_work(&runs);
     let (mut accepted, mut refused) = (0usize, 0usize);
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(2) {

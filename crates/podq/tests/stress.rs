@@ -14,7 +14,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use podq::testing::fake_topology;
-use podq::{CpuSet, Scope, Work, Workqueue};
+use podq::{CpuSet, Work, Workqueue};
+
+mod common;
+use common::{changer_masks, changer_scopes};
 
 const PRODUCERS: usize = 4;
 const WORKS_PER_PRODUCER: usize = 64;
@@ -75,22 +78,9 @@ fn million_items_through_live_attribute_changes() {
 
     let changer = {
         let (wq, ordered, stop) = (wq.clone(), ordered.clone(), stop.clone());
-        let halves = [
-            all.clone(),
-            (0..8).collect::<CpuSet>(),
-            (8..16).collect::<CpuSet>(),
-            [1, 6, 9, 14].into_iter().collect::<CpuSet>(),
-        ];
+        let halves = changer_masks(&all);
         std::thread::spawn(move || {
-            let scopes = [
-                Scope::Cpu,
-                Scope::Smt,
-                Scope::Cache,
-                Scope::CacheShard,
-                Scope::Numa,
-                Scope::System,
-                Scope::Default,
-            ];
+            let scopes = changer_scopes();
             let mut changes = 0usize;
             let mut i = 0usize;
             while !stop.load(SeqCst) {

@@ -3,6 +3,7 @@
 //! JSON schema.
 
 pub mod alloc_model;
+pub mod define;
 pub(crate) mod output;
 pub mod peers;
 pub mod plot;
@@ -24,14 +25,12 @@ use podq::policy::auto::AutoConfig;
 use podq_topology::Scope;
 
 use alloc_model::{AllocConfig, RemoteRule};
+use define::Backend;
 use report::{human_ns, human_rate, Report, RunResult, TopologyInfo};
 use system::placement::CpuMap;
 use system::System;
-use workloads::completion::{self, CompletionParams};
-use workloads::latency::LatencyParams;
-use workloads::queue::QueueParams;
-use workloads::throughput::{self, ThroughputParams};
-use workloads::{Case, RunLength, Test};
+use workloads::throughput;
+use workloads::{Case, RunLength};
 
 pub(crate) use crate::usage::usage;
 
@@ -176,6 +175,19 @@ pub struct BenchArgs {
     /// No progress bar.
     #[arg(long, short)]
     pub quiet: bool,
+    /// CPU time (a busy loop) each item of `queue`, `latency` and `throughput`'s `work`
+    /// mode spends, standing for real work.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub item_work: Duration,
+    /// `completion`: CPU time of a CQ producer per I/O besides posting it.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub cq_work: Duration,
+    /// `completion`: CPU time of an rpciod item besides its buffer read and allocator work.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub rpciod_work: Duration,
+    /// `completion`: CPU time of an nfsiod item besides its allocator work.
+    #[arg(long, value_parser = parse_work, default_value = "0s")]
+    pub nfsiod_work: Duration,
     /// Also simulate the same podq runs on the same topology with this machine
     /// profile's costs (`podq sim --machine`) and print them next to the real ones.
     #[arg(long, value_name = "MACHINE")]
@@ -215,6 +227,13 @@ fn parse_think(text: &str) -> Result<Duration, String> {
     parse_bounded(text, MAX_THINK, true)
 }
 
+/// The longest per-item `--*-work`.
+pub const MAX_WORK: Duration = Duration::from_secs(1);
+
+fn parse_work(text: &str) -> Result<Duration, String> {
+    parse_bounded(text, MAX_WORK, true)
+}
+
 fn parse_scope(text: &str) -> Result<Scope, String> {
     match text.parse::<Scope>() {
         Ok(Scope::Default) => Err("`default` is not a scope to benchmark; name it".to_owned()),
@@ -229,7 +248,7 @@ pub fn system_names() -> Vec<&'static str> {
 }
 
 /// The `--auto-config` file, or the defaults.
-fn auto_config(args: &BenchArgs) -> Result<AutoConfig> {
+pub(crate) fn auto_config(args: &BenchArgs) -> Result<AutoConfig> {
     let Some(path) = &args.auto_config else {
         return Ok(AutoConfig::default());
     };
@@ -286,7 +305,11 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     };
     let cases = cases_for(args, &map, &systems)?;
     let progress = progress_bar(args.quiet, (cases.len() * args.rounds) as u64);
-    let results = workloads::run_cases(&cases, &map, length, args.rounds, &progress)?;
+    let backend = define::Threaded {
+        map: &map,
+        rounds: args.rounds,
+    };
+    let results = backend.run(&cases, length, &progress)?;
     progress.finish_and_clear();
     if let Some(w) = overshoot_warning(&results, length) {
         eprintln!("podq: warning: {w}");
@@ -316,7 +339,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let mut text = render(args, &report, length);
     if let Some(machine) = &args.sim {
         text.push_str(&crate::sim::compare::side_by_side(
-            args, machine, &spec, &report,
+            args, machine, &spec, &cases, length, &report,
         )?);
     }
     if args.json.as_deref() == Some("-") {
@@ -452,85 +475,41 @@ fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
     Ok(systems)
 }
 
-fn cases_for(args: &BenchArgs, map: &CpuMap, systems: &[Arc<dyn System>]) -> Result<Vec<Case>> {
-    let scopes = scopes_or_all(&args.scopes);
-    let strict = args.strict.values();
-    if let Some(cpu) = args.cpu {
-        if !map.topology().usable().contains(cpu) {
-            return Err(usage(format!(
-                "--cpu {cpu} is not a usable CPU of the topology ({})",
-                map.topology().usable()
-            )));
-        }
-    }
-    let queue = Test::Queue(QueueParams {
+/// The workload options of `args`, for [`define::tests`].
+pub(crate) fn options(args: &BenchArgs) -> define::Options<'_> {
+    define::Options {
         producers: args.producers,
-    });
-    let latency = Test::Latency(LatencyParams {
         cpu: args.cpu,
         think: args.think,
-    });
-    let throughput = |mode| {
-        Test::Throughput(ThroughputParams {
-            producers: args.producers,
-            items: args.items.unwrap_or(throughput::DEFAULT_ITEMS),
-            mode,
-            works: args.works,
-        })
-    };
-    let tests = match args.workload {
-        Workload::Ladder => vec![queue, latency],
-        Workload::Peers => vec![
-            queue,
-            latency,
-            throughput(throughput::Mode::Spawn),
-            throughput(throughput::Mode::Work),
-        ],
-        Workload::Throughput => vec![
-            throughput(throughput::Mode::Spawn),
-            throughput(throughput::Mode::Work),
-        ],
-        Workload::Queue => vec![queue],
-        Workload::Latency => vec![latency],
-        Workload::Completion => {
-            let count = args.cq.unwrap_or(map.vcpus().len());
-            let producer_cpus = completion::place_producers(map, &args.cq_placement, count)
-                .map_err(|e| usage(format!("{e:#}")))?;
-            let mut moves = Vec::new();
-            for spec in &args.cq_move {
-                if spec != "split" && !spec.starts_with("node") {
-                    return Err(usage(format!(
-                        "--cq-move `{spec}`: expected nodeN or split (a cpulist would be cut at its commas)"
-                    )));
-                }
-                let cpus = completion::place_producers(map, spec, count)
-                    .map_err(|e| usage(format!("{e:#}")))?;
-                moves.push((spec.clone(), cpus));
-            }
-            if !args.toggle.is_empty() && !moves.is_empty() && args.toggle.len() != moves.len() {
-                return Err(usage(format!(
-                    "--toggle has {} segments and --cq-move {}: give both the same number",
-                    args.toggle.len(),
-                    moves.len()
-                )));
-            }
-            // With --cq-move the first segment's placement is the first one named.
-            let producer_cpus = moves
-                .first()
-                .map_or(producer_cpus, |(_, cpus)| cpus.clone());
-            vec![Test::Completion(Arc::new(CompletionParams {
-                producer_cpus,
-                depth: args.depth,
-                alloc: AllocConfig {
-                    object_size: args.object_size,
-                    cache_size: args.alloc_cache,
-                    remote: args.remote_free,
-                },
-                toggle: args.toggle.clone(),
-                moves,
-            }))]
-        }
-    };
+        items: args.items,
+        works: args.works,
+        cq: args.cq,
+        cq_placement: &args.cq_placement,
+        depth: args.depth,
+        toggle: &args.toggle,
+        cq_move: &args.cq_move,
+        alloc: AllocConfig {
+            object_size: args.object_size,
+            cache_size: args.alloc_cache,
+            remote: args.remote_free,
+        },
+        work: define::ItemWork {
+            item: args.item_work,
+            cq: args.cq_work,
+            rpciod: args.rpciod_work,
+            nfsiod: args.nfsiod_work,
+        },
+    }
+}
+
+pub(crate) fn cases_for(
+    args: &BenchArgs,
+    map: &CpuMap,
+    systems: &[Arc<dyn System>],
+) -> Result<Vec<Case>> {
+    let scopes = scopes_or_all(&args.scopes);
+    let strict = args.strict.values();
+    let tests = define::tests(args.workload, &options(args), map.topology())?;
     if !args.toggle.is_empty() {
         if let Some(s) = systems.iter().find(|s| s.name() != "podq") {
             return Err(usage(format!(
@@ -600,6 +579,10 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "object_size": args.object_size,
         "alloc_cache": args.alloc_cache,
         "remote_free": args.remote_free,
+        "item_work": humantime::format_duration(args.item_work).to_string(),
+        "cq_work": humantime::format_duration(args.cq_work).to_string(),
+        "rpciod_work": humantime::format_duration(args.rpciod_work).to_string(),
+        "nfsiod_work": humantime::format_duration(args.nfsiod_work).to_string(),
     })
 }
 

@@ -1,119 +1,60 @@
-//! `podq bench X --sim MACHINE`: the bench's runs simulated on the same topology with
-//! a machine profile's costs, printed next to the real ones.
-//!
-//! The bench options are translated into the simulator's workload descriptions
-//! (`podq_sim::Workload`); `throughput` differs by definition (the simulator's
-//! producers block while `--depth` items are pending, bench's keep calling).
+//! `podq bench X --sim MACHINE`: the bench's own cases, run again through the
+//! simulator backend on the same topology with a machine profile's costs, printed next
+//! to the real ones. Both runs take the same workload definitions (`bench::define`),
+//! item work included: a simulated item costs what bench's `--item-work` ... made the
+//! real one spend besides its real work.
 
 use std::time::Duration;
 
 use anyhow::Result;
 use indicatif::ProgressBar;
+use podq_sim::auto::AutoSpec;
 
-use super::{cases, run_cases, setup, RemoteFreeArg, SimArgs, SimWorkload};
-use crate::bench::alloc_model::RemoteRule;
+use super::backend::Simulated;
+use crate::bench::define::Backend;
 use crate::bench::report::{self, human_ns, human_rate, Report};
+use crate::bench::workloads::{Case, RunLength};
 use crate::bench::{usage, BenchArgs, Workload};
-
-fn sim_args(bench: &BenchArgs, machine: &str, topology: &str) -> Result<SimArgs> {
-    let workload =
-        match bench.workload {
-            Workload::Ladder => SimWorkload::Ladder,
-            Workload::Queue => SimWorkload::Queue,
-            Workload::Latency => SimWorkload::Latency,
-            Workload::Completion => SimWorkload::Completion,
-            Workload::Throughput => SimWorkload::Throughput,
-            Workload::Peers => return Err(usage(
-                "--sim: the simulator models podq only, so `peers` has no simulated counterpart",
-            )),
-        };
-    Ok(SimArgs {
-        workload,
-        machine: machine.to_owned(),
-        cost: None,
-        print_cost: false,
-        topology: Some(topology.to_owned()),
-        synthetic: None,
-        sysfs_root: None,
-        scopes: bench.scopes.clone(),
-        strict: bench.strict,
-        duration: match (bench.items, bench.duration) {
-            (Some(_), _) => None,
-            (None, Some(d)) => Some(d),
-            (None, None) if workload == SimWorkload::Completion => Some(Duration::from_secs(3)),
-            (None, None) => Some(Duration::from_secs(1)),
-        },
-        items: bench.items,
-        warmup: Duration::from_millis(10),
-        producers: bench.producers,
-        cpu: bench.cpu,
-        think: bench.think,
-        cq: bench.cq,
-        cq_placement: bench.cq_placement.clone(),
-        depth: Some(if workload == SimWorkload::Throughput {
-            bench.works
-        } else {
-            bench.depth
-        }),
-        toggle: bench.toggle.clone(),
-        cq_move: bench.cq_move.clone(),
-        // The same controller settings as the real run beside it.
-        auto_window: bench.auto_window,
-        auto_config: bench.auto_config.clone(),
-        object_size: bench.object_size,
-        alloc_cache: bench.alloc_cache,
-        remote_free: match bench.remote_free {
-            RemoteRule::Cpu => RemoteFreeArg::Cpu,
-            RemoteRule::Node => RemoteFreeArg::Node,
-        },
-        item_work: Duration::from_nanos(100),
-        cq_work: Duration::from_micros(2),
-        rpciod_work: Duration::from_micros(16),
-        nfsiod_work: Duration::from_micros(4),
-        seed: 1,
-        sensitivity: false,
-        json: None,
-        plot: None,
-        quiet: true,
-        rounds: None,
-        systems: None,
-    })
-}
 
 /// Refuses a `--sim` that cannot run, before the real runs spend their time.
 pub fn check(bench: &BenchArgs, machine: &str) -> Result<()> {
-    let args = sim_args(bench, machine, "live")?;
-    if podq_sim::cost::machine(&args.machine).is_none() {
-        return Err(usage(format!(
-            "--sim: unknown machine `{machine}`: expected one of {}",
-            podq_sim::cost::MACHINES.join(", ")
-        )));
+    if bench.workload == Workload::Peers {
+        return Err(usage(
+            "--sim: the simulator models podq only, so `peers` has no simulated counterpart",
+        ));
     }
+    super::machine(machine).map_err(|e| usage(format!("--sim: {e}")))?;
     Ok(())
 }
 
-/// Simulates `bench`'s runs and renders them next to `real`'s podq results.
+/// Simulates `cases` (the bench's podq cases) and renders them next to `real`'s
+/// results.
 pub fn side_by_side(
     bench: &BenchArgs,
     machine: &str,
     topology: &str,
+    cases: &[Case],
+    length: RunLength,
     real: &Report,
 ) -> Result<String> {
-    let args = sim_args(bench, machine, topology)?;
-    let setup = setup(&args)?;
-    let cases = cases(&args, &setup.topology)?;
-    let done = run_cases(
-        &cases,
-        &setup.topology,
-        &setup.params,
-        &ProgressBar::hidden(),
-    )?;
-    let sim = super::output::report(&args, &setup, &done);
+    let profile = super::machine(machine)?;
+    let params = profile.params.clone();
+    let setup = super::setup_on(profile, params, topology.to_owned())?;
+    let backend = Simulated {
+        setup: &setup,
+        // bench's producers are ordinary threads.
+        cq_high_priority: false,
+        auto: AutoSpec {
+            window_ns: super::ns(bench.auto_window),
+            config: crate::bench::auto_config(bench)?,
+        },
+        warmup: Duration::from_millis(10),
+        seed: 1,
+    };
+    let sim = backend.run(cases, length, &ProgressBar::hidden())?;
     let rows: Vec<Vec<String>> = sim
-        .results
         .iter()
-        .map(|s| {
-            let r = &s.run;
+        .map(|r| {
             let twin = real.results.iter().find(|x| {
                 x.system == "podq"
                     && x.test == r.test

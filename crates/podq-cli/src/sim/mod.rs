@@ -1,24 +1,23 @@
 //! `podq sim`: the bench workloads on a simulated machine (the `podq-sim` crate), for
 //! machines this one is not. See the README's "podq sim" section.
 
+pub mod backend;
 pub mod compare;
 mod output;
 mod sweep;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
-use indicatif::ProgressBar;
-use podq_sim::{
-    cost, simulate, CompletionSpec, CostParams, QueueSpec, RemoteFree, RunLength, RunSpec,
-    SimOutput, Workload,
-};
-use podq_topology::{CpuSet, Scope, Topology};
+use podq_sim::{cost, CostParams, RunLength, RunSpec, SimOutput};
+use podq_topology::{Scope, Topology};
 
+use crate::bench::alloc_model::{AllocConfig, RemoteRule};
 use crate::bench::output::Outputs;
-use crate::bench::{progress_bar, scopes_or_all, topo, usage, StrictArg};
+use crate::bench::workloads::throughput;
+use crate::bench::{self, define, progress_bar, scopes_or_all, topo, usage, StrictArg};
 
 /// What to simulate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -33,6 +32,15 @@ pub enum SimWorkload {
     Completion,
     /// Producers re-queueing up to `--depth` items each, as bench's `throughput_work`.
     Throughput,
+}
+
+/// `--cq-priority`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum CqPriority {
+    /// Preempt the workers on their CPUs (the kernel's completion handlers).
+    High,
+    /// Ordinary threads.
+    Normal,
 }
 
 /// `--remote-free`.
@@ -131,6 +139,11 @@ pub struct SimArgs {
     /// CPU time of an item of `queue`, `latency` and `throughput`.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "100ns")]
     pub item_work: Duration,
+    /// `completion`: the CQ producers' priority: `high` preempts the workers on their
+    /// CPUs, as the kernel's CQ handlers on `ib-comp-wq` (WQ_HIGHPRI, nice -20) do;
+    /// `normal` as `podq bench`'s producer threads.
+    #[arg(long, value_enum, default_value = "high")]
+    pub cq_priority: CqPriority,
     /// `completion`: CPU time of a CQ producer per I/O.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "2us")]
     pub cq_work: Duration,
@@ -201,13 +214,7 @@ pub struct Setup {
 }
 
 pub(crate) fn setup(args: &SimArgs) -> Result<Setup> {
-    let machine = cost::machine(&args.machine).ok_or_else(|| {
-        usage(format!(
-            "unknown machine `{}`: expected one of {}",
-            args.machine,
-            cost::MACHINES.join(", ")
-        ))
-    })?;
+    let machine = machine(&args.machine)?;
     let mut params = machine.params.clone();
     if let Some(path) = &args.cost {
         let text = std::fs::read_to_string(path)
@@ -225,6 +232,21 @@ pub(crate) fn setup(args: &SimArgs) -> Result<Setup> {
     } else {
         format!("fake:{}", machine.shape)
     };
+    setup_on(machine, params, spec)
+}
+
+/// The machine profile `name`.
+pub(crate) fn machine(name: &str) -> Result<cost::Machine> {
+    cost::machine(name).ok_or_else(|| {
+        usage(format!(
+            "unknown machine `{name}`: expected one of {}",
+            cost::MACHINES.join(", ")
+        ))
+    })
+}
+
+/// `machine` with `params` on the topology `spec` names.
+pub(crate) fn setup_on(machine: cost::Machine, params: CostParams, spec: String) -> Result<Setup> {
     let topology = topo::load(&spec).map_err(|e| usage(format!("--topology: {e:#}")))?;
     if topology.usable().len() > podq_sim::MAX_SIM_CPUS {
         return Err(usage(format!(
@@ -303,95 +325,8 @@ fn validate(args: &SimArgs) -> Result<()> {
     Ok(())
 }
 
-fn ns(d: Duration) -> u64 {
+pub(crate) fn ns(d: Duration) -> u64 {
     u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
-}
-
-fn workloads(args: &SimArgs, topology: &Topology) -> Result<Vec<Workload>> {
-    let usable: Vec<usize> = topology.usable().iter().collect();
-    let first = usable[0];
-    let producers = |n: Option<usize>| -> Vec<usize> {
-        let n = n.unwrap_or(usable.len());
-        usable.iter().copied().cycle().take(n).collect()
-    };
-    let queue = Workload::Queue {
-        producer_cpus: producers(args.producers),
-        item_ns: ns(args.item_work),
-    };
-    let cpu = args.cpu.unwrap_or(first);
-    if !topology.usable().contains(cpu) {
-        return Err(usage(format!(
-            "--cpu {cpu} is not a CPU of the topology ({})",
-            topology.usable()
-        )));
-    }
-    let latency = Workload::Latency {
-        cpu,
-        think_ns: ns(args.think),
-        item_ns: ns(args.item_work),
-    };
-    Ok(match args.workload {
-        SimWorkload::Ladder => vec![queue, latency],
-        SimWorkload::Queue => vec![queue],
-        SimWorkload::Latency => vec![latency],
-        SimWorkload::Throughput => vec![Workload::Throughput {
-            producer_cpus: producers(args.producers),
-            depth: args.depth.unwrap_or(64),
-            item_ns: ns(args.item_work),
-        }],
-        SimWorkload::Completion => {
-            let count = args.cq.unwrap_or(usable.len());
-            if count == 0 {
-                return Err(usage("--cq must be at least 1"));
-            }
-            let moves = cq_moves(args, topology, count)?;
-            // With --cq-move the first segment's placement is the first one named.
-            let producer_cpus = match moves.first() {
-                Some(first) => first.clone(),
-                None => place_producers(topology, &args.cq_placement, count)?,
-            };
-            vec![Workload::Completion(CompletionSpec {
-                producer_cpus,
-                depth: args.depth.unwrap_or(16),
-                object_size: args.object_size,
-                alloc_cache: args.alloc_cache,
-                remote_free: match args.remote_free {
-                    RemoteFreeArg::Cpu => RemoteFree::Cpu,
-                    RemoteFreeArg::Node => RemoteFree::Node,
-                },
-                producer_ns: ns(args.cq_work),
-                rpciod_ns: ns(args.rpciod_work),
-                nfsiod_ns: ns(args.nfsiod_work),
-                toggle: args.toggle.clone(),
-                moves,
-            })]
-        }
-    })
-}
-
-/// `--cq-move`: the producers' CPUs in each segment.
-fn cq_moves(args: &SimArgs, topology: &Topology, count: usize) -> Result<Vec<Vec<usize>>> {
-    if !args.toggle.is_empty()
-        && !args.cq_move.is_empty()
-        && args.toggle.len() != args.cq_move.len()
-    {
-        return Err(usage(format!(
-            "--toggle has {} segments and --cq-move {}: give both the same number",
-            args.toggle.len(),
-            args.cq_move.len()
-        )));
-    }
-    args.cq_move
-        .iter()
-        .map(|spec| {
-            if spec != "split" && !spec.starts_with("node") {
-                return Err(usage(format!(
-                    "--cq-move `{spec}`: expected nodeN or split (a cpulist would be cut at its commas)"
-                )));
-            }
-            place_producers(topology, spec, count)
-        })
-        .collect()
 }
 
 /// `--auto-window` and `--auto-config`.
@@ -418,53 +353,34 @@ fn auto_spec(args: &SimArgs) -> Result<podq_sim::auto::AutoSpec> {
     })
 }
 
-/// `--cq-placement`, as `podq bench` places CQ producers: `node0` cycles through the
-/// first node's CPUs (`nodeN` the N-th's), `split` alternates nodes, a cpulist cycles
-/// through its CPUs.
-pub fn place_producers(topology: &Topology, spec: &str, count: usize) -> Result<Vec<usize>> {
-    let nodes: Vec<Vec<usize>> = topology
-        .nodes()
-        .into_iter()
-        .map(|n| topology.node_cpus(n).iter().collect())
-        .collect();
-    if let Some(n) = spec
-        .strip_prefix("node")
-        .and_then(|n| n.parse::<usize>().ok())
-    {
-        let Some(cpus) = nodes.get(n) else {
-            return Err(usage(format!(
-                "--cq-placement `{spec}`: the topology has {} node(s)",
-                nodes.len()
-            )));
-        };
-        return Ok(cpus.iter().copied().cycle().take(count).collect());
+/// The workload options of `args`, for the shared definitions (`bench::define`).
+fn options(args: &SimArgs) -> define::Options<'_> {
+    define::Options {
+        producers: args.producers,
+        cpu: args.cpu,
+        think: args.think,
+        items: args.items,
+        works: args.depth.unwrap_or(throughput::DEFAULT_WORKS),
+        cq: args.cq,
+        cq_placement: &args.cq_placement,
+        depth: args.depth.unwrap_or(16),
+        toggle: &args.toggle,
+        cq_move: &args.cq_move,
+        alloc: AllocConfig {
+            object_size: args.object_size,
+            cache_size: args.alloc_cache,
+            remote: match args.remote_free {
+                RemoteFreeArg::Cpu => RemoteRule::Cpu,
+                RemoteFreeArg::Node => RemoteRule::Node,
+            },
+        },
+        work: define::ItemWork {
+            item: args.item_work,
+            cq: args.cq_work,
+            rpciod: args.rpciod_work,
+            nfsiod: args.nfsiod_work,
+        },
     }
-    Ok(match spec {
-        "node0" => nodes[0].iter().copied().cycle().take(count).collect(),
-        "split" => (0..count)
-            .map(|i| {
-                let node = &nodes[i % nodes.len()];
-                node[(i / nodes.len()) % node.len()]
-            })
-            .collect(),
-        list => {
-            let cpus = CpuSet::parse_list(list).map_err(|e| {
-                usage(format!(
-                    "--cq-placement `{list}` is neither node0, split nor a cpulist: {e}"
-                ))
-            })?;
-            if cpus.is_empty() {
-                return Err(usage(format!("--cq-placement `{list}` names no CPU")));
-            }
-            if let Some(bad) = cpus.iter().find(|&c| !topology.usable().contains(c)) {
-                return Err(usage(format!(
-                    "--cq-placement: CPU {bad} is not a CPU of the topology"
-                )));
-            }
-            let cpus: Vec<usize> = cpus.iter().collect();
-            cpus.iter().copied().cycle().take(count).collect()
-        }
-    })
 }
 
 pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
@@ -476,62 +392,41 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
         (None, None) => RunLength::Duration(100_000_000),
     };
     let auto = auto_spec(args)?;
+    let which = match args.workload {
+        SimWorkload::Ladder => bench::Workload::Ladder,
+        SimWorkload::Queue => bench::Workload::Queue,
+        SimWorkload::Latency => bench::Workload::Latency,
+        SimWorkload::Completion => bench::Workload::Completion,
+        SimWorkload::Throughput => bench::Workload::Throughput,
+    };
+    let high_priority = args.cq_priority == CqPriority::High;
     let mut out = Vec::new();
-    for workload in workloads(args, topology)? {
+    for test in define::tests(which, &options(args), topology)? {
+        let Some(workload) = backend::workload(&test, topology, high_priority) else {
+            continue;
+        };
         let scopes = if args.toggle.is_empty() {
             scopes.clone()
         } else {
             args.toggle[..1].to_vec()
         };
-        let name = if matches!(workload, Workload::Completion(_)) {
-            "rpciod"
-        } else {
-            "queue"
-        };
         for &scope in &scopes {
             for &s in &strict {
                 out.push(Case {
-                    spec: RunSpec {
-                        workload: workload.clone(),
-                        queue: QueueSpec {
-                            auto: auto.clone(),
-                            ..QueueSpec::new(name, scope, s)
-                        },
+                    spec: backend::run_spec(
+                        workload.clone(),
+                        scope,
+                        s,
+                        &auto,
                         length,
-                        warmup: ns(args.warmup),
-                        seed: args.seed,
-                    },
+                        args.warmup,
+                        args.seed,
+                    ),
                 });
             }
         }
     }
     Ok(out)
-}
-
-/// Runs every case, one after the other.
-pub fn run_cases(
-    cases: &[Case],
-    topology: &Topology,
-    params: &CostParams,
-    progress: &ProgressBar,
-) -> Result<Vec<Done>> {
-    let mut done = Vec::new();
-    for case in cases {
-        progress.set_message(format!(
-            "{} {}",
-            case.spec.workload.name(),
-            case.spec.queue.scope
-        ));
-        let started = Instant::now();
-        let output = simulate(topology, params, &case.spec).map_err(|e| usage(e.to_string()))?;
-        done.push(Done {
-            spec: case.spec.clone(),
-            output,
-            wall_seconds: started.elapsed().as_secs_f64(),
-        });
-        progress.inc(1);
-    }
-    Ok(done)
 }
 
 /// Runs `podq sim`.
@@ -561,7 +456,8 @@ pub fn run(args: &SimArgs) -> Result<()> {
     // Checked and created before the simulation, as bench does.
     let mut outputs = Outputs::open(args.json.as_deref(), args.plot.as_deref())?;
     let progress = progress_bar(args.quiet, cases.len() as u64);
-    let done = run_cases(&cases, &setup.topology, &setup.params, &progress)?;
+    let specs = cases.into_iter().map(|c| c.spec).collect();
+    let done = backend::run_all(&setup, specs, &progress)?;
     progress.finish_and_clear();
     let report = output::report(args, &setup, &done);
     let text = output::render(args, &setup, &report);

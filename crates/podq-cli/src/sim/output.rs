@@ -85,6 +85,12 @@ pub struct SimInfo {
     pub repatriations: u64,
     /// Workers started.
     pub workers_created: u64,
+    /// Normal threads preempted by a waking high-priority CQ producer.
+    pub preemptions: u64,
+    /// Time runnable but not running (schedstat's `run_delay`), ns: producers.
+    pub run_delay_producers_ns: u64,
+    /// The same for workers.
+    pub run_delay_workers_ns: u64,
     /// Idle share per node (`[node, share]`).
     pub idle_per_node: Vec<(usize, f64)>,
     /// `auto`: the scope in force at the end and the switches made in this result.
@@ -143,7 +149,7 @@ fn test_name(w: &Workload) -> &'static str {
     }
 }
 
-fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
+pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunResult {
     let w = &done.spec.workload;
     let segmented = done.output.segments.len() > 1;
     let main: &Histogram<u64> = match w {
@@ -231,6 +237,9 @@ fn sim_info(setup: &Setup, done: &Done, seg: &SegmentOutput) -> SimInfo {
         migrations: seg.counters.migrations,
         repatriations: seg.counters.repatriations,
         workers_created: seg.counters.workers_created,
+        preemptions: seg.counters.preemptions,
+        run_delay_producers_ns: seg.counters.run_delay_ns[0],
+        run_delay_workers_ns: seg.counters.run_delay_ns[1],
         idle_per_node: seg.idle_per_node.clone(),
         auto: (seg.scope == Scope::Auto).then(|| SimAutoInfo {
             scope_at_end: seg.scope_at_end,
@@ -299,6 +308,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "object_size": args.object_size,
         "alloc_cache": args.alloc_cache,
         "remote_free": format!("{:?}", args.remote_free).to_lowercase(),
+        "cq_priority": format!("{:?}", args.cq_priority).to_lowercase(),
         "item_work": d(args.item_work),
         "cq_work": d(args.cq_work),
         "rpciod_work": d(args.rpciod_work),

@@ -32,6 +32,7 @@ mod attr;
 mod client;
 mod connection;
 mod error;
+mod event_loop;
 mod framer;
 #[cfg(feature = "test-util")]
 pub mod fuzzing;

@@ -45,7 +45,7 @@ impl<P> NodeActive<P> {
     }
 
     /// The node's share of `max_active` (for tests of the limits).
-    #[cfg(test)]
+    #[cfg(all(test, not(loom)))]
     pub(crate) fn max(&self) -> usize {
         self.max.load(SeqCst)
     }

@@ -3,7 +3,7 @@
 //! the process default scope.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use podq_topology::{Scope, Topology};
@@ -68,7 +68,9 @@ fn default_cell() -> &'static Mutex<Scope> {
 
 pub(super) fn env_default() -> Result<Scope, Error> {
     let value = std::env::var(podq_topology::DEFAULT_SCOPE_ENV).ok();
-    Ok(Scope::default_from_env_value(value.as_deref())?)
+    let scope = Scope::default_from_env_value(value.as_deref())?;
+    crate::auto::available(scope)?;
+    Ok(scope)
 }
 
 /// The process-wide default affinity scope that workqueues with `Scope::Default`
@@ -83,7 +85,8 @@ pub fn default_scope() -> Scope {
 /// Sets the process-wide default scope; every live workqueue on `Scope::Default`
 /// switches to it at once (queued items finish on their old pools). `Default` itself is
 /// refused; `Auto` makes those workqueues choose their scope themselves, each with its
-/// own controller (see [`crate::auto`]).
+/// own controller (see [`crate::auto`]), and is refused without the `stats` feature
+/// ([`Error::AutoNeedsStats`]).
 ///
 /// ```
 /// use podq::{Scope, Workqueue};
@@ -102,11 +105,18 @@ pub fn set_default_scope(scope: Scope) -> Result<(), Error> {
     if scope == Scope::Default {
         return Err(Error::DefaultScope { scope });
     }
+    crate::auto::available(scope)?;
     static SERIAL: Mutex<()> = Mutex::new(());
     let _serial = lock(&SERIAL);
     *lock(default_cell()) = scope;
     for wq in live_workqueues() {
         let mut cfg = lock(&wq.config);
+        // One being torn down gets no new pools: `WqHandle::drop` sets `destroyed` (the
+        // SeqCst store this load pairs with) and then passes through `config`, so under
+        // it the flag is final; a change made before it is retired by the teardown.
+        if wq.destroyed.load(SeqCst) {
+            continue;
+        }
         if cfg.attrs.scope == Scope::Default {
             let attrs = cfg.attrs.clone();
             let released = wq.apply(&mut cfg, attrs)?;

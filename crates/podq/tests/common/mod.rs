@@ -2,15 +2,109 @@
 //! test binary uses a part of them, so unused ones are not an error here.
 #![allow(dead_code)]
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
-use podq::{CpuSet, Workqueue};
+use podq::{CpuSet, DelayedWork, Scope, Work, Workqueue};
 
 /// A shared counter starting at 0.
 pub fn counter() -> Arc<AtomicUsize> {
     Arc::new(AtomicUsize::new(0))
+}
+
+/// A work item that adds one to `runs` each time it runs.
+pub fn counting_work(runs: &Arc<AtomicUsize>) -> Work {
+    let runs = Arc::clone(runs);
+    Work::new(move || {
+        runs.fetch_add(1, SeqCst);
+    })
+}
+
+/// A delayed work item that adds one to `runs` each time it runs.
+pub fn counting_delayed(runs: &Arc<AtomicUsize>) -> DelayedWork {
+    let runs = Arc::clone(runs);
+    DelayedWork::new(move || {
+        runs.fetch_add(1, SeqCst);
+    })
+}
+
+/// Spawns onto `wq` an item that adds one to `runs`.
+pub fn spawn_counting(wq: &Workqueue, runs: &Arc<AtomicUsize>) {
+    let runs = Arc::clone(runs);
+    drop(wq.spawn(move || {
+        runs.fetch_add(1, SeqCst);
+    }));
+}
+
+/// What the attribute changers of the stress test and the soak pick from: every scope
+/// a workqueue can be set to (`auto` aside, it moves on its own)...
+pub fn changer_scopes() -> Vec<Scope> {
+    Scope::CONCRETE
+        .into_iter()
+        .chain([Scope::Default])
+        .collect()
+}
+
+/// ... and these cpumasks of `fake_topology(2, 2, 2, 2)`, whose usable CPUs are `all`:
+/// all, each node, and one CPU of each LLC.
+pub fn changer_masks(all: &CpuSet) -> [CpuSet; 4] {
+    [
+        all.clone(),
+        (0..8).collect(),
+        (8..16).collect(),
+        [1, 6, 9, 14].into_iter().collect(),
+    ]
+}
+
+/// A control server on a socket in a temporary directory of its own, and a client
+/// connected to it (fields drop in order: the client, the server, the directory).
+#[cfg(feature = "control")]
+pub struct Control {
+    pub client: podq::control::Client,
+    pub server: podq::control::ControlServer,
+    _dir: tempfile::TempDir,
+}
+
+/// Starts a [`Control`].
+#[cfg(feature = "control")]
+pub fn control() -> Control {
+    let dir = tempfile::tempdir().unwrap();
+    let server = podq::control::ControlServer::builder()
+        .path(dir.path().join("ctl.sock"))
+        .build()
+        .unwrap();
+    let client = podq::control::Client::connect(server.path(), Duration::from_secs(10)).unwrap();
+    Control {
+        client,
+        server,
+        _dir: dir,
+    }
+}
+
+/// A request written as its protocol line (JSON).
+#[cfg(feature = "control")]
+pub fn request(line: &str) -> podq::control::Request {
+    podq::control::parse_request(line.as_bytes()).unwrap()
+}
+
+/// The `get` request for `attr` of `queue`.
+#[cfg(feature = "control")]
+pub fn get_attr(queue: &str, attr: &str) -> podq::control::Request {
+    podq::control::Request::Get {
+        queue: queue.into(),
+        attr: attr.into(),
+    }
+}
+
+/// The `set` request of `attr` of `queue` to `value`.
+#[cfg(feature = "control")]
+pub fn set_attr(queue: &str, attr: &str, value: &str) -> podq::control::Request {
+    podq::control::Request::Set {
+        queue: queue.into(),
+        attr: attr.into(),
+        value: value.into(),
+    }
 }
 
 /// Threads of this process now.

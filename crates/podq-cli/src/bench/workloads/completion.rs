@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use crossbeam_channel::{bounded, Receiver, Sender};
 use hdrhistogram::Histogram;
-use podq_topology::{CpuSet, Scope};
+use podq_topology::Scope;
 
 use super::{empty_sample, RunLength, Sample};
 use crate::bench::alloc_model::{AllocConfig, AllocCounts, AllocModel, Object};
@@ -45,54 +45,8 @@ pub struct CompletionParams {
     /// Placements the producers go through in equal segments (name, CPU of each
     /// producer); empty: they stay on `producer_cpus`.
     pub moves: Vec<(String, Vec<usize>)>,
-}
-
-/// Resolves `--cq-placement` for `count` producers: `node0` (every CQ on the first
-/// node; `nodeN` on the N-th), `split` (alternating nodes) or a cpulist of virtual CPUs,
-/// used round-robin.
-pub fn place_producers(map: &CpuMap, spec: &str, count: usize) -> Result<Vec<usize>> {
-    if count == 0 {
-        bail!("--cq must be at least 1");
-    }
-    let topology = map.topology();
-    let nodes: Vec<Vec<usize>> = topology
-        .nodes()
-        .into_iter()
-        .map(|n| topology.node_cpus(n).iter().collect())
-        .collect();
-    let nth_node = spec
-        .strip_prefix("node")
-        .and_then(|n| n.parse::<usize>().ok());
-    if let Some(n) = nth_node {
-        let Some(cpus) = nodes.get(n) else {
-            bail!(
-                "--cq-placement `{spec}`: the topology has {} node(s)",
-                nodes.len()
-            );
-        };
-        return Ok(cpus.iter().copied().cycle().take(count).collect());
-    }
-    Ok(match spec {
-        "split" => (0..count)
-            .map(|i| {
-                let node = &nodes[i % nodes.len()];
-                node[(i / nodes.len()) % node.len()]
-            })
-            .collect(),
-        list => {
-            let cpus = CpuSet::parse_list(list).with_context(|| {
-                format!("--cq-placement `{list}` is neither node0, split nor a cpulist")
-            })?;
-            if cpus.is_empty() {
-                bail!("--cq-placement `{list}` names no CPU");
-            }
-            if let Some(bad) = cpus.iter().find(|&c| !topology.usable().contains(c)) {
-                bail!("--cq-placement: CPU {bad} is not a usable CPU of the topology");
-            }
-            let cpus: Vec<usize> = cpus.iter().collect();
-            cpus.iter().copied().cycle().take(count).collect()
-        }
-    })
+    /// CPU time of the producer per I/O and of each stage's item.
+    pub work: crate::bench::define::ItemWork,
 }
 
 /// One I/O slot of a producer.
@@ -120,6 +74,8 @@ struct Shared {
     completed: AtomicU64,
     /// Worker CPU changes seen between items.
     migrations: AtomicU64,
+    /// CPU time of the producer and each stage beyond their real work (read-only).
+    work: crate::bench::define::ItemWork,
 }
 
 thread_local! {
@@ -247,6 +203,7 @@ pub fn run(
         base: Instant::now(),
         completed: AtomicU64::new(0),
         migrations: AtomicU64::new(0),
+        work: params.work,
     });
     let barrier = Barrier::new(params.producer_cpus.len() + 1);
     let stop = AtomicBool::new(false);
@@ -468,6 +425,7 @@ fn build_slot(
     let nfsiod_item: Arc<dyn Item> = {
         let (slot, shared, free) = (Arc::clone(slot), Arc::clone(ctx.shared), free.clone());
         Arc::from(ctx.nfsiod.prepare(Arc::new(move || {
+            crate::bench::define::spin(shared.work.nfsiod);
             let cpu = shared.worker_cpu();
             let task = slot.task.lock().expect("no item panics").take();
             if let Some(task) = task {
@@ -493,6 +451,7 @@ fn build_slot(
             .iter()
             .fold(0u64, |acc, w| acc.wrapping_add(w.load(Ordering::Relaxed)));
         slot.checksum.store(sum, Ordering::Relaxed);
+        crate::bench::define::spin(shared.work.rpciod);
         nfsiod_item.submit();
     }))
 }
@@ -569,6 +528,7 @@ fn producer(
         for (i, word) in slot.buffer.iter().enumerate() {
             word.store(posted ^ i as u64, Ordering::Relaxed);
         }
+        crate::bench::define::spin(shared.work.cq);
         slot.posted_at
             .store(shared.base.elapsed().as_nanos() as u64, Ordering::Relaxed);
         items[index].submit();
@@ -669,22 +629,6 @@ fn context_switches() -> Result<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn placement_modes() {
-        let map = CpuMap::new(podq_topology::Topology::synthetic("2s2c1t").unwrap()).unwrap();
-        assert_eq!(
-            place_producers(&map, "node0", 5).unwrap(),
-            vec![0, 1, 0, 1, 0]
-        );
-        assert_eq!(place_producers(&map, "split", 4).unwrap(), vec![0, 2, 1, 3]);
-        assert_eq!(place_producers(&map, "1,3", 3).unwrap(), vec![1, 3, 1]);
-        assert_eq!(place_producers(&map, "node1", 3).unwrap(), vec![2, 3, 2]);
-        for bad in ["7", "x", "", "node2"] {
-            assert!(place_producers(&map, bad, 2).is_err(), "{bad}");
-        }
-        assert!(place_producers(&map, "node0", 0).is_err());
-    }
 
     #[test]
     fn proc_stat_idle_shares() {

@@ -28,6 +28,8 @@ pub struct LatencyParams {
     pub cpu: Option<usize>,
     /// Pause between one item's completion and the next submit.
     pub think: Duration,
+    /// CPU time each item spends.
+    pub work: Duration,
 }
 
 /// Runs the test once.
@@ -55,7 +57,9 @@ pub fn run(
             let done = Completion::for_current_thread();
             let item = {
                 let (finished_at, done) = (Arc::clone(&finished_at), Arc::clone(&done));
+                let work = params.work;
                 queue.prepare(Arc::new(move || {
+                    crate::bench::define::spin(work);
                     // Relaxed: `complete` publishes it with Release.
                     finished_at.store(base.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     done.complete();

@@ -40,7 +40,8 @@ pub enum Test {
 }
 
 impl Test {
-    fn name(&self) -> &'static str {
+    /// The test's name in tables and JSON.
+    pub fn name(&self) -> &'static str {
         match self {
             Test::Queue(_) => "queue",
             Test::Latency(_) => "latency",

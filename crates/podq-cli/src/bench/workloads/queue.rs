@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use anyhow::Result;
 use hdrhistogram::Histogram;
@@ -23,6 +23,8 @@ const WARMUP_ITEMS: u64 = 50;
 pub struct QueueParams {
     /// Producer count; `None`: one per usable CPU of the topology.
     pub producers: Option<usize>,
+    /// CPU time each item spends.
+    pub work: Duration,
 }
 
 impl QueueParams {
@@ -53,7 +55,17 @@ pub fn run(
             .iter()
             .map(|&vcpu| {
                 let (queue, barrier, stop) = (&*queue, &barrier, &stop);
-                s.spawn(move || producer(system, queue, map, vcpu, barrier, stop, length))
+                s.spawn(move || {
+                    producer(
+                        system,
+                        queue,
+                        map,
+                        vcpu,
+                        (barrier, stop),
+                        length,
+                        params.work,
+                    )
+                })
             })
             .collect();
         barrier.wait();
@@ -88,14 +100,17 @@ fn producer(
     queue: &dyn Queue,
     map: &CpuMap,
     vcpu: usize,
-    barrier: &Barrier,
-    stop: &AtomicBool,
+    (barrier, stop): (&Barrier, &AtomicBool),
     length: RunLength,
+    work: Duration,
 ) -> Result<(u64, Histogram<u64>)> {
     let pinned = map.pin_current(vcpu);
     let done = Completion::for_current_thread();
     let signal = Arc::clone(&done);
-    let item = queue.prepare(Arc::new(move || signal.complete()));
+    let item = queue.prepare(Arc::new(move || {
+        crate::bench::define::spin(work);
+        signal.complete()
+    }));
     if pinned.is_ok() {
         system.enter_cpu(vcpu);
         for _ in 0..WARMUP_ITEMS {

@@ -63,6 +63,8 @@ pub struct ThroughputParams {
     pub mode: Mode,
     /// `work` mode: prepared items each producer cycles through.
     pub works: usize,
+    /// `work` mode: CPU time each item spends.
+    pub work: Duration,
 }
 
 impl ThroughputParams {
@@ -257,7 +259,13 @@ fn producer(
     let works: Vec<Box<dyn Item>> = match params.mode {
         Mode::Spawn => Vec::new(),
         Mode::Work => (0..params.works.max(1))
-            .map(|_| queue.prepare(Arc::new(tally::bump)))
+            .map(|_| {
+                let work = params.work;
+                queue.prepare(Arc::new(move || {
+                    crate::bench::define::spin(work);
+                    tally::bump();
+                }))
+            })
             .collect(),
     };
     if pinned.is_ok() {

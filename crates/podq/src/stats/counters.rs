@@ -1,0 +1,335 @@
+//! Event counters: plain, worker-owned and sharded atomics, the per-worker, per-pool and
+//! per-item sets built from them, and lock-contention counting (legend in `stats.rs`).
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+#[cfg(feature = "stats")]
+use std::time::Instant;
+
+#[cfg(feature = "stats")]
+use super::elapsed_ns;
+use super::{Histogram, LockStats, Totals};
+use crate::policy::Locality as Place;
+use crate::sync::{Mutex, MutexGuard};
+
+/// A monotonic event counter.
+#[derive(Default, Debug)]
+pub(crate) struct Counter(AtomicU64);
+
+impl Counter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        #[cfg(feature = "stats")]
+        self.0.fetch_add(n, Relaxed);
+        #[cfg(not(feature = "stats"))]
+        let _ = n;
+    }
+
+    /// Adds `n` with a load and a store (no locked instruction): only while holding the
+    /// mutex this counter counts, which orders its writers.
+    #[inline]
+    fn add_locked(&self, n: u64) {
+        #[cfg(feature = "stats")]
+        self.0.store(self.0.load(Relaxed) + n, Relaxed);
+        #[cfg(not(feature = "stats"))]
+        let _ = n;
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// A monotonic event counter written by one thread only (AW).
+#[derive(Default, Debug)]
+pub(crate) struct OwnedCounter(AtomicU64);
+
+impl OwnedCounter {
+    /// Adds one. Only the owning worker calls this.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        #[cfg(feature = "stats")]
+        self.0.store(self.0.load(Relaxed) + 1, Relaxed);
+    }
+
+    pub(super) fn get(&self) -> u64 {
+        self.0.load(Relaxed)
+    }
+}
+
+/// What one worker records for items of its own pool (all AW).
+#[derive(Default, Debug)]
+pub(crate) struct WorkerCounters {
+    pub(super) started: OwnedCounter,
+    pub(super) completed: OwnedCounter,
+    pub(super) dequeue_acquisitions: OwnedCounter,
+    pub(super) locality: [OwnedCounter; 5],
+    pub(super) queue_to_start: Histogram,
+    pub(super) run_time: Histogram,
+}
+
+impl WorkerCounters {
+    /// Counts one acquisition of the pool lock to take an item.
+    #[inline]
+    pub(crate) fn dequeue_acquisition(&self) -> &OwnedCounter {
+        &self.dequeue_acquisitions
+    }
+}
+
+/// Where an item's accounting goes: the running worker's own counters, or the pool's
+/// shared ones.
+#[derive(Clone, Copy)]
+pub(crate) enum Recorder<'a> {
+    /// A worker of the item's pool.
+    Worker(&'a WorkerCounters),
+    /// Anyone else.
+    Shared(&'a PoolCounters),
+}
+
+#[cfg_attr(not(feature = "stats"), allow(dead_code))]
+impl Recorder<'_> {
+    #[inline]
+    pub(crate) fn started(self) {
+        match self {
+            Recorder::Worker(w) => w.started.inc(),
+            Recorder::Shared(p) => p.items.started.inc(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn completed(self) {
+        match self {
+            Recorder::Worker(w) => w.completed.inc(),
+            Recorder::Shared(p) => p.items.completed.inc(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn locality(self, place: Place) {
+        let i = locality_index(place);
+        match self {
+            Recorder::Worker(w) => w.locality[i].inc(),
+            Recorder::Shared(p) => p.locality[i].inc(),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn queue_to_start(self, ns: u64) {
+        match self {
+            Recorder::Worker(w) => w.queue_to_start.record_owned(ns),
+            Recorder::Shared(p) => p.queue_to_start.record(ns),
+        }
+    }
+
+    #[inline]
+    pub(crate) fn run_time(self, ns: u64) {
+        match self {
+            Recorder::Worker(w) => w.run_time.record_owned(ns),
+            Recorder::Shared(p) => p.run_time.record(ns),
+        }
+    }
+}
+
+fn locality_index(place: Place) -> usize {
+    match place {
+        Place::SameCpu => 0,
+        Place::SameSmt => 1,
+        Place::SameLlc => 2,
+        Place::SameNode => 3,
+        Place::Remote => 4,
+    }
+}
+
+/// Shards of a [`ShardedCounter`].
+const SHARDS: usize = 8;
+
+/// One shard, alone on its cache line.
+#[derive(Default, Debug)]
+#[repr(align(64))]
+struct Shard(Counter);
+
+/// A monotonic counter that queuers and workers of many CPUs bump: each thread adds
+/// into one of [`SHARDS`] cache lines (chosen once per thread, round-robin), so
+/// threads rarely write the same line; reading sums the shards (A, relaxed).
+#[derive(Default, Debug)]
+pub(crate) struct ShardedCounter([Shard; SHARDS]);
+
+impl ShardedCounter {
+    /// Adds one.
+    #[inline]
+    pub(crate) fn inc(&self) {
+        self.add(1);
+    }
+
+    /// Adds `n`.
+    #[inline]
+    pub(crate) fn add(&self, n: u64) {
+        self.0[shard_index()].0.add(n);
+    }
+
+    pub(crate) fn get(&self) -> u64 {
+        self.0.iter().map(|s| s.0.get()).sum()
+    }
+}
+
+/// The calling thread's shard (W once chosen; the chooser is a relaxed ID counter).
+#[inline]
+fn shard_index() -> usize {
+    use std::sync::atomic::AtomicUsize;
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    thread_local! {
+        static MINE: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
+    }
+    MINE.with(|m| *m)
+}
+
+/// Item counters, kept per pool and per workqueue.
+#[derive(Default, Debug)]
+pub(crate) struct ItemCounters {
+    pub(crate) queued: ShardedCounter,
+    pub(crate) started: ShardedCounter,
+    pub(crate) completed: ShardedCounter,
+    pub(crate) panicked: ShardedCounter,
+    pub(crate) cancelled: ShardedCounter,
+    pub(crate) repatriated: ShardedCounter,
+    pub(crate) max_active_waits: ShardedCounter,
+}
+
+impl ItemCounters {
+    pub(crate) fn snapshot(&self) -> Totals {
+        Totals {
+            queued: self.queued.get(),
+            started: self.started.get(),
+            completed: self.completed.get(),
+            panicked: self.panicked.get(),
+            cancelled: self.cancelled.get(),
+            repatriated: self.repatriated.get(),
+            max_active_waits: self.max_active_waits.get(),
+        }
+    }
+}
+
+/// Contention of one lock at one kind of call site. Every field is written only while
+/// holding that lock (after acquiring it), so by one thread at a time.
+#[derive(Default, Debug)]
+pub(crate) struct LockCounters {
+    acquisitions: Counter,
+    contended: Counter,
+    wait_ns: Counter,
+}
+
+/// Counts acquisitions in the lock's own counters (queuers).
+impl crate::pool::Acquire for LockCounters {
+    /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
+    #[inline]
+    fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
+        let guard = self.lock_uncounted(mutex);
+        self.acquisitions.add_locked(1);
+        guard
+    }
+}
+
+/// [`LockCounters`] with the acquisition counted in a worker's own counter.
+pub(crate) struct OwnedAcquire<'a> {
+    lock: &'a LockCounters,
+    acquisitions: &'a OwnedCounter,
+}
+
+impl crate::pool::Acquire for OwnedAcquire<'_> {
+    #[inline]
+    fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
+        self.acquisitions.inc();
+        self.lock.lock_uncounted(mutex)
+    }
+}
+
+impl LockCounters {
+    /// Takes the lock counting the acquisition in a worker's own counter.
+    #[inline]
+    pub(crate) fn owned<'a>(&'a self, acquisitions: &'a OwnedCounter) -> OwnedAcquire<'a> {
+        OwnedAcquire {
+            lock: self,
+            acquisitions,
+        }
+    }
+
+    #[inline]
+    fn lock_uncounted<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        #[cfg(feature = "stats")]
+        {
+            if let Ok(guard) = mutex.try_lock() {
+                return guard;
+            }
+            let start = Instant::now();
+            let guard = crate::sync::lock(mutex);
+            self.contended.add_locked(1);
+            self.wait_ns.add_locked(elapsed_ns(start));
+            guard
+        }
+        #[cfg(not(feature = "stats"))]
+        crate::sync::lock(mutex)
+    }
+
+    pub(super) fn snapshot(&self) -> LockStats {
+        LockStats {
+            acquisitions: self.acquisitions.get(),
+            contended: self.contended.get(),
+            wait_ns: self.wait_ns.get(),
+        }
+    }
+}
+
+/// Counters of one pool (shared by every workqueue whose items it runs).
+#[derive(Default, Debug)]
+pub(crate) struct PoolCounters {
+    pub(crate) items: ItemCounters,
+    pub(crate) workers_created: Counter,
+    pub(crate) workers_reaped: Counter,
+    pub(crate) worker_spawn_failures: Counter,
+    pub(crate) maydays: Counter,
+    pub(crate) rescued: Counter,
+    pub(crate) affinity_failures: Counter,
+    pub(crate) nice_failures: Counter,
+    pub(crate) enqueue_lock: LockCounters,
+    pub(crate) dequeue_lock: LockCounters,
+    pub(crate) locality: [Counter; 5],
+    pub(crate) queue_to_start: Histogram,
+    pub(crate) run_time: Histogram,
+    pub(crate) cpu_time_ns: Counter,
+    /// Dequeue lock acquisitions of workers that exited (kept apart from
+    /// `dequeue_lock`, whose fields are written under the pool lock only).
+    pub(super) retired_dequeues: Counter,
+    /// R: the counters of the pool's live workers.
+    pub(super) workers: std::sync::Mutex<Vec<Arc<WorkerCounters>>>,
+}
+
+impl PoolCounters {
+    /// New counters for a worker starting in this pool.
+    pub(crate) fn register_worker(&self) -> Arc<WorkerCounters> {
+        let mine = Arc::new(WorkerCounters::default());
+        crate::sync::lock_std(&self.workers).push(Arc::clone(&mine));
+        mine
+    }
+
+    /// A worker exits: its counts move into the shared counters, in one step as seen by
+    /// snapshots (both under the workers lock).
+    pub(crate) fn retire_worker(&self, mine: &Arc<WorkerCounters>) {
+        let mut workers = crate::sync::lock_std(&self.workers);
+        workers.retain(|w| !Arc::ptr_eq(w, mine));
+        self.items.started.add(mine.started.get());
+        self.items.completed.add(mine.completed.get());
+        self.retired_dequeues.add(mine.dequeue_acquisitions.get());
+        for (shared, own) in self.locality.iter().zip(&mine.locality) {
+            shared.add(own.get());
+        }
+        self.queue_to_start.absorb(&mine.queue_to_start);
+        self.run_time.absorb(&mine.run_time);
+    }
+}

@@ -1,0 +1,267 @@
+//! The serialisable snapshots of the counters: per pool and per workqueue.
+
+use serde::{Deserialize, Serialize};
+
+use super::{Histogram, OwnedCounter, PoolCounters, WorkerCounters};
+use crate::Attrs;
+
+/// Item totals of a workqueue or pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Totals {
+    /// Items accepted by a queue call (and `spawn`).
+    pub queued: u64,
+    /// Items whose function started.
+    pub started: u64,
+    /// Items whose function returned (panicked ones included).
+    pub completed: u64,
+    /// Items whose function panicked.
+    pub panicked: u64,
+    /// Queued items dropped without running: cancelled, superseded by `mod_delayed`,
+    /// or still on the timer when their workqueue was dropped.
+    pub cancelled: u64,
+    /// Wake-ups of an idle worker that last ran outside the pod (non-strict pools).
+    pub repatriated: u64,
+    /// Items that had to wait for a `max_active` slot.
+    pub max_active_waits: u64,
+}
+
+/// Contention of a pool lock at one kind of call site.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct LockStats {
+    /// Times the lock was taken.
+    pub acquisitions: u64,
+    /// Times it was already held (the try-lock failed).
+    pub contended: u64,
+    /// Total time spent waiting in contended acquisitions.
+    pub wait_ns: u64,
+}
+
+/// Where items ran relative to where they were queued, in the workqueue's topology.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Locality {
+    /// On the queueing CPU.
+    pub same_cpu: u64,
+    /// On another thread of its core.
+    pub same_smt: u64,
+    /// On another core of its last-level cache.
+    pub same_llc: u64,
+    /// On another LLC of its NUMA node.
+    pub same_node: u64,
+    /// On another node.
+    pub remote: u64,
+}
+
+/// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct Latency {
+    /// Values recorded.
+    pub count: u64,
+    /// Smallest value.
+    pub min: u64,
+    /// Mean.
+    pub mean: f64,
+    /// Standard deviation (from bucket midpoints).
+    pub stdev: f64,
+    /// Largest value.
+    pub max: u64,
+    /// Median.
+    pub p50: u64,
+    /// 90th percentile.
+    pub p90: u64,
+    /// 99th percentile.
+    pub p99: u64,
+    /// 99.9th percentile.
+    pub p999: u64,
+}
+
+/// A snapshot of one pool. Pools are shared by workqueues with equal pool attributes,
+/// so these numbers cover every workqueue that uses the pool.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolStats {
+    /// Process-unique pool id (as in worker names `podq/u<id>:<n>`).
+    pub id: u64,
+    /// The pod's CPUs as a cpulist.
+    pub pod_cpus: String,
+    /// Whether workers are confined to the pod.
+    pub strict: bool,
+    /// Nice value of the workers.
+    pub nice: i32,
+    /// Items queued onto this pool.
+    pub queued: u64,
+    /// Items started.
+    pub started: u64,
+    /// Items finished (panicked ones included).
+    pub completed: u64,
+    /// Items that panicked.
+    pub panicked: u64,
+    /// Items dropped without running.
+    pub cancelled: u64,
+    /// Repatriating wake-ups.
+    pub repatriated: u64,
+    /// Worker threads started.
+    pub workers_created: u64,
+    /// Worker threads that exited after idling too long.
+    pub workers_reaped: u64,
+    /// Worker threads that could not be started (each retried after the create
+    /// cooldown and reported to the error hook).
+    pub worker_spawn_failures: u64,
+    /// Calls for help sent to rescuers while no worker could be started.
+    pub maydays: u64,
+    /// Items run by rescuers.
+    pub rescued: u64,
+    /// Workers whose CPU affinity could not be set.
+    pub affinity_failures: u64,
+    /// Workers whose nice value could not be set (e.g. EPERM for negative nice).
+    pub nice_failures: u64,
+    /// Workers now.
+    pub workers: usize,
+    /// Idle workers now.
+    pub idle: usize,
+    /// Items that waited for a `max_active` slot.
+    pub max_active_waits: u64,
+    /// Pool-lock contention when queueing.
+    pub enqueue_lock: LockStats,
+    /// Pool-lock contention when workers take items.
+    pub dequeue_lock: LockStats,
+    /// Where items ran relative to where they were queued.
+    pub locality: Locality,
+    /// Time from the queue call to the start (waiting for a `max_active` slot included).
+    pub queue_to_start_ns: Latency,
+    /// Time items ran.
+    pub run_time_ns: Latency,
+    /// CPU time of the workers, added when a worker goes idle or exits.
+    pub cpu_time_ns: u64,
+}
+
+impl PoolStats {
+    pub(crate) fn from_counters(c: &PoolCounters) -> PoolStats {
+        let workers = crate::sync::lock_std(&c.workers);
+        let items = c.items.snapshot();
+        let own = |f: fn(&WorkerCounters) -> &OwnedCounter| -> u64 {
+            workers.iter().map(|w| f(w).get()).sum()
+        };
+        let mut dequeue_lock = c.dequeue_lock.snapshot();
+        dequeue_lock.acquisitions += c.retired_dequeues.get() + own(|w| &w.dequeue_acquisitions);
+        let place = |i: usize| {
+            c.locality[i].get() + workers.iter().map(|w| w.locality[i].get()).sum::<u64>()
+        };
+        let latency = |f: fn(&WorkerCounters) -> &Histogram, shared: &Histogram| {
+            Histogram::merged_snapshot(std::iter::once(shared).chain(workers.iter().map(|w| f(w))))
+        };
+        PoolStats {
+            queued: items.queued,
+            started: items.started + own(|w| &w.started),
+            completed: items.completed + own(|w| &w.completed),
+            panicked: items.panicked,
+            cancelled: items.cancelled,
+            repatriated: items.repatriated,
+            max_active_waits: items.max_active_waits,
+            workers_created: c.workers_created.get(),
+            workers_reaped: c.workers_reaped.get(),
+            worker_spawn_failures: c.worker_spawn_failures.get(),
+            maydays: c.maydays.get(),
+            rescued: c.rescued.get(),
+            affinity_failures: c.affinity_failures.get(),
+            nice_failures: c.nice_failures.get(),
+            enqueue_lock: c.enqueue_lock.snapshot(),
+            dequeue_lock,
+            locality: Locality {
+                same_cpu: place(0),
+                same_smt: place(1),
+                same_llc: place(2),
+                same_node: place(3),
+                remote: place(4),
+            },
+            queue_to_start_ns: latency(|w| &w.queue_to_start, &c.queue_to_start),
+            run_time_ns: latency(|w| &w.run_time, &c.run_time),
+            cpu_time_ns: c.cpu_time_ns.get(),
+            ..PoolStats::default()
+        }
+    }
+}
+
+/// A snapshot of one workqueue.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorkqueueStats {
+    /// The workqueue's name.
+    pub name: String,
+    /// Its requested attributes.
+    pub attrs: Attrs,
+    /// Its scope with `default` resolved, and for `auto` the scope its controller chose.
+    pub effective_scope: podq_topology::Scope,
+    /// The `auto` controller, while the scope resolves to `auto`.
+    pub auto: Option<crate::auto::AutoStats>,
+    /// This workqueue's own item counts (its share of the pools' counts).
+    pub totals: Totals,
+    /// The pools its current and retiring pool_workqueues use, by id.
+    pub pools: Vec<PoolStats>,
+    /// What the stall watchdog found (stalls and long items).
+    #[serde(default)]
+    pub watchdog: crate::watchdog::WatchdogStats,
+}
+
+/// Snapshots of every live workqueue, in creation order.
+pub fn all() -> Vec<WorkqueueStats> {
+    crate::workqueue::live_workqueues()
+        .iter()
+        .map(|wq| wq.stats_snapshot())
+        .collect()
+}
+
+#[cfg(all(test, feature = "stats"))]
+mod tests {
+    use super::*;
+    use crate::policy::Locality as Place;
+    use crate::stats::Recorder;
+    use crate::sync::Mutex;
+
+    /// Per-worker recording: a snapshot sums live workers with the shared counters, and
+    /// a retiring worker's counts move to the shared ones without changing the sum.
+    #[test]
+    fn worker_counters_merge_and_retire() {
+        let pool = PoolCounters::default();
+        let all = Histogram::default();
+        let (a, b) = (pool.register_worker(), pool.register_worker());
+        for v in 1..=300u64 {
+            let record = match v % 3 {
+                0 => Recorder::Worker(&a),
+                1 => Recorder::Worker(&b),
+                _ => Recorder::Shared(&pool),
+            };
+            record.started();
+            record.completed();
+            record.locality(Place::SameLlc);
+            record.queue_to_start(v * 7);
+            record.run_time(v * 1000);
+            all.record(v * 1000);
+        }
+        let mutex = Mutex::new(());
+        {
+            use crate::pool::Acquire;
+            drop(
+                pool.dequeue_lock
+                    .owned(a.dequeue_acquisition())
+                    .acquire(&mutex),
+            );
+        }
+        let before = PoolStats::from_counters(&pool);
+        assert_eq!((before.started, before.completed), (300, 300));
+        assert_eq!(before.locality.same_llc, 300);
+        assert_eq!(before.dequeue_lock.acquisitions, 1);
+        assert_eq!(before.run_time_ns, all.snapshot());
+        assert_eq!(before.queue_to_start_ns.count, 300);
+        assert_eq!(
+            (before.queue_to_start_ns.min, before.queue_to_start_ns.max),
+            (7, 2100)
+        );
+        pool.retire_worker(&a);
+        assert_eq!(PoolStats::from_counters(&pool), before);
+        assert_eq!(crate::sync::lock_std(&pool.workers).len(), 1);
+    }
+}
