@@ -29,7 +29,7 @@ fn json_of(args: &[&str]) -> Value {
 
 /// Checks the fields every result carries and returns the results.
 fn results(report: &Value, workload: &str) -> Vec<Value> {
-    assert_eq!(report["schema_version"], 1);
+    assert_eq!(report["schema_version"], 2);
     assert_eq!(report["workload"], workload);
     assert!(report["topology"]["cpus"].as_u64().unwrap() >= 1);
     assert!(report["settings"].is_object());
@@ -149,22 +149,24 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
     assert_eq!(results.len(), 4);
     for r in &results {
         let t = &r["throughput"];
-        let (calls, accepted) = (
+        let (calls, accepted, runs) = (
             t["calls"].as_u64().unwrap(),
             t["accepted"].as_u64().unwrap(),
+            t["runs"].as_u64().unwrap(),
         );
-        // Every producer makes 300 calls, and every accepted call ran once.
-        assert_eq!(calls, 600, "{r}");
-        assert_eq!(t["runs"], accepted, "{r}");
-        match (r["test"].as_str().unwrap(), r["system"].as_str().unwrap()) {
-            ("throughput_spawn", _) | (_, "crossbeam-channel") => {
-                assert_eq!(accepted, 600, "{r}");
-                assert_eq!(r["items"], 600, "{r}");
-            }
-            // Coalesced calls count as handled; at least one call per item queued.
-            ("throughput_work", "podq") => {
-                assert!((8..=600).contains(&accepted), "{r}");
-                assert_eq!(r["items"], 600, "{r}");
+        // Every accepted call ran once, and items are runs.
+        assert_eq!(runs, accepted, "{r}");
+        assert_eq!(r["items"], runs, "{r}");
+        match r["test"].as_str().unwrap() {
+            // Every producer spawns 300 closures.
+            "throughput_spawn" => assert_eq!((calls, accepted), (600, 600), "{r}"),
+            // Producers stop once the driver has counted 2 x 300 runs, so at least
+            // that many ran; calls on pending items were coalesced, for podq and for
+            // the peer alike.
+            "throughput_work" => {
+                assert!(runs >= 600, "{r}");
+                assert!(calls >= accepted, "{r}");
+                assert!(r["rounds"][0]["accepted_per_sec"].is_f64(), "{r}");
             }
             other => panic!("unexpected result {other:?}"),
         }
@@ -178,6 +180,154 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
         );
     }
     assert_eq!(report["settings"]["works"], 4);
+}
+
+#[test]
+fn scale_workload_runs_each_pod_count_on_its_own_fake_topology() {
+    let report = json_of(
+        &[
+            &["bench", "scale", "--pods", "1,8", "--strict", "off"][..],
+            &["--items", "100", "--rounds", "2", "--json", "-"],
+        ]
+        .concat(),
+    );
+    let results = results(&report, "scale");
+    assert_eq!(results.len(), 2);
+    let real = report["topology"]["real_cpus"].as_array().unwrap().len() as u64;
+    for (r, pods) in results.iter().zip([1u64, 8]) {
+        assert_eq!(r["test"], "scale");
+        assert_eq!(r["scope"], "cpu");
+        let t = &r["throughput"];
+        assert_eq!(t["pods"]["pods"], pods, "{r}");
+        assert_eq!(t["pods"]["topology"], format!("fake:1s{pods}c1t"));
+        // At least one producer per real CPU; the 100 x real items of a run are
+        // shared among them (rounded up), every one ran, in each of the 2 rounds.
+        let producers = pods.max(real);
+        assert_eq!(r["producers"], producers, "{r}");
+        let per_round = (100 * real).div_ceil(producers) * producers;
+        assert_eq!(r["items"], 2 * per_round, "{r}");
+        assert_eq!(r["rounds"].as_array().unwrap().len(), 2);
+    }
+}
+
+#[test]
+fn memory_workload_counts_what_queued_items_hold() {
+    let report = json_of(&[
+        "bench",
+        "memory",
+        "--systems",
+        "podq,crossbeam-channel",
+        "--scopes",
+        "cpu",
+        "--strict",
+        "off",
+        "--items",
+        "2000",
+        "--rounds",
+        "1",
+        "--json",
+        "-",
+    ]);
+    let results = results(&report, "memory");
+    assert_eq!(results.len(), 4);
+    for r in &results {
+        let m = &r["memory"];
+        assert_eq!(m["queued"], 2000, "{r}");
+        assert_eq!(r["items"], 2000, "{r}");
+        let per_item = m["bytes_per_item"].as_f64().unwrap();
+        let closure = m["closure_bytes"].as_f64().unwrap();
+        assert_eq!(m["beyond_closure"].as_f64().unwrap(), per_item - closure);
+        match (r["test"].as_str().unwrap(), r["system"].as_str().unwrap()) {
+            // A boxed closure of 8 bytes at least is queued per spawn, in one
+            // allocation or more.
+            ("memory_spawn", _) => {
+                assert_eq!(closure, 8.0, "{r}");
+                assert!(per_item >= 8.0, "{r}");
+                assert!(m["allocs_per_item"].as_f64().unwrap() >= 1.0, "{r}");
+                assert!(m["prepared_bytes_per_item"].is_null(), "{r}");
+            }
+            // Prepared items are counted apart, and each holds its body's pointer.
+            ("memory_work", _) => {
+                assert_eq!(closure, 0.0, "{r}");
+                assert!(m["prepared_bytes_per_item"].as_f64().unwrap() >= 8.0, "{r}");
+            }
+            other => panic!("unexpected result {other:?}"),
+        }
+        assert!(r["rounds"][0]["bytes_per_item"].is_f64(), "{r}");
+    }
+    // tokio's blocking pool grows with waiting items: nothing to hold back.
+    let out = podq(&[
+        "bench",
+        "memory",
+        "--systems",
+        "tokio-spawn-blocking",
+        "--items",
+        "10",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("hold back"));
+}
+
+#[test]
+fn idle_workload_reports_the_threads_and_pools_of_idle_pods() {
+    let report = json_of(&[
+        "bench",
+        "idle",
+        "--pods",
+        "1,4",
+        "--strict",
+        "off",
+        "--duration",
+        "100ms",
+        "--rounds",
+        "1",
+        "--json",
+        "-",
+    ]);
+    let results = results(&report, "idle");
+    assert_eq!(results.len(), 2);
+    for (r, pods) in results.iter().zip([1u64, 4]) {
+        let d = &r["idle"];
+        assert_eq!(d["pods"], pods, "{r}");
+        assert_eq!(d["topology"], format!("fake:1s{pods}c1t"));
+        // Every pod ran an item, so every pod's pool started a worker.
+        assert!(d["pools"].as_u64().unwrap() >= pods, "{r}");
+        assert!(d["threads"].as_u64().unwrap() >= pods, "{r}");
+        assert!(d["heap_bytes"].as_i64().unwrap() > 0, "{r}");
+        assert!(d["window_seconds"].as_f64().unwrap() >= 0.1, "{r}");
+        assert!(r["rounds"][0]["idle_cpu_share"].is_f64(), "{r}");
+    }
+}
+
+#[test]
+fn footprint_scale_and_compare_refuse_what_they_cannot_run() {
+    for (args, needle) in [
+        (&["bench", "scale", "--pods", "0"][..], "--pods 0"),
+        (&["bench", "scale", "--pods", "2000"], "--pods 2000"),
+        (&["bench", "scale", "--systems", "rayon"], "peers"),
+        (&["bench", "scale", "--scopes", "smt"], "cpu scope"),
+        (&["bench", "scale", "--synthetic", "1s2c1t"], "--topology"),
+        (&["bench", "memory", "--duration", "1s"], "--items"),
+        (&["bench", "idle", "--systems", "rayon"], "peers"),
+        (&["bench", "memory", "--plot", "m.svg"], "table only"),
+        (&["bench", "queue", "--base", "a.json"], "compare"),
+        (
+            &[
+                "bench",
+                "compare",
+                "--base",
+                "/nonexistent.json",
+                "--new",
+                "b.json",
+            ],
+            "cannot read",
+        ),
+    ] {
+        let out = podq(args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
 }
 
 #[test]

@@ -47,7 +47,7 @@ fn json_follows_the_bench_schema_and_is_reproducible() {
     let a = podq(SMALL);
     assert!(a.status.success(), "{}", stderr(&a));
     let json: serde_json::Value = serde_json::from_slice(&a.stdout).unwrap();
-    assert_eq!(json["schema_version"], 1);
+    assert_eq!(json["schema_version"], 2);
     assert_eq!(json["workload"], "completion");
     assert_eq!(json["topology"]["cpus"], 24);
     let results = json["results"].as_array().unwrap();

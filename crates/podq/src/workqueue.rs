@@ -2,8 +2,9 @@
 //! admission, activation, flush and drain. Protocols: `workqueue/README.md`. Beside it:
 //! `builder.rs` (building one), `registry.rs` (the process-wide registries and the
 //! default scope), `apply.rs` (attribute changes), `refresh.rs` (re-reading the usable
-//! CPUs), `teardown.rs` (dropping the last handle), `flush.rs` (flush generations),
-//! `control.rs` (the control plane's view).
+//! CPUs), `teardown.rs` (dropping the last handle), `flush.rs` (flush colours and
+//! in-flight counts), `completions.rs` (a worker's batched completions), `control.rs`
+//! (the control plane's view).
 //!
 //! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
 //! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
@@ -68,6 +69,10 @@ use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
+
+/// Inactive-list capacity a pwq keeps once its list empties (48 KiB of entries); a
+/// flood's larger list is freed.
+const KEPT_INACTIVE: usize = 1024;
 
 thread_local! {
     /// W: the last CPU chosen round-robin by this thread (`wq_rr_cpu_last`).
@@ -175,7 +180,7 @@ pub(crate) struct WqShared {
     pwqs: Mutex<Vec<Arc<Pwq>>>,
     /// I (contents A/N): per-node active counters, fallback last.
     nodes: Vec<NodeActive<Arc<Pwq>>>,
-    /// A/F/Z: flush generations.
+    /// A/F/Z: flush generation and colours.
     flush: FlushDomain,
     /// A: drain calls in progress (`SeqCst`: pairs with the load in `check_accepting`;
     /// with the pwq lock both take, either a queue call sees the drain or the drain
@@ -681,6 +686,10 @@ impl WqShared {
                         st.on_pending = false;
                     }
                     pwq.pool.core.push_many(st.inactive.drain(..count));
+                    if st.inactive.is_empty() && st.inactive.capacity() > KEPT_INACTIVE {
+                        // A flood is over: give its list's memory back.
+                        st.inactive.shrink_to(KEPT_INACTIVE);
+                    }
                     count
                 }
             };

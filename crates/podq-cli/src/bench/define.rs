@@ -16,6 +16,7 @@ use super::report::RunResult;
 use super::system::placement::CpuMap;
 use super::workloads::completion::CompletionParams;
 use super::workloads::latency::LatencyParams;
+use super::workloads::memory;
 use super::workloads::queue::QueueParams;
 use super::workloads::throughput::{self, ThroughputParams};
 use super::workloads::{self, Case, RunLength, Test};
@@ -55,7 +56,8 @@ pub struct Options<'a> {
     pub cpu: Option<usize>,
     /// `latency`: think time between items.
     pub think: Duration,
-    /// Items per producer (`throughput`'s submit calls, bench's default otherwise).
+    /// Items per producer (`throughput`: spawns, or runs in the `work` mode; bench's
+    /// default otherwise).
     pub items: Option<u64>,
     /// `throughput`'s `work` mode: prepared items per producer, the most it has pending.
     pub works: usize,
@@ -101,6 +103,7 @@ pub fn tests(workload: Workload, o: &Options, topology: &Topology) -> Result<Vec
             mode,
             works: o.works,
             work: o.work.item,
+            spread_real: false,
         })
     };
     Ok(match workload {
@@ -118,6 +121,20 @@ pub fn tests(workload: Workload, o: &Options, topology: &Topology) -> Result<Vec
         Workload::Queue => vec![queue],
         Workload::Latency => vec![latency],
         Workload::Completion => vec![Test::Completion(Arc::new(completion(o, topology)?))],
+        Workload::Memory => [throughput::Mode::Spawn, throughput::Mode::Work]
+            .into_iter()
+            .map(|mode| {
+                Test::Memory(memory::MemoryParams {
+                    items: o.items.unwrap_or(memory::DEFAULT_ITEMS),
+                    mode,
+                })
+            })
+            .collect(),
+        // One fake topology per pod count: built by `bench::scale_cases`.
+        Workload::Scale | Workload::Idle => {
+            bail!("{workload:?} builds its own topologies (bench::scale_cases)")
+        }
+        Workload::Compare => bail!("compare reads results; it runs no workload"),
     })
 }
 

@@ -3,6 +3,8 @@
 //! JSON schema.
 
 pub mod alloc_model;
+pub mod compare;
+pub mod counting_alloc;
 pub mod define;
 pub(crate) mod output;
 pub mod peers;
@@ -29,8 +31,9 @@ use define::Backend;
 use report::{human_ns, human_rate, Report, RunResult, TopologyInfo};
 use system::placement::CpuMap;
 use system::System;
+use workloads::memory;
 use workloads::throughput;
-use workloads::{Case, RunLength};
+use workloads::{Case, RunLength, Test};
 
 pub(crate) use crate::usage::usage;
 
@@ -50,6 +53,18 @@ pub enum Workload {
     Throughput,
     /// `queue`, `latency` and `throughput` on podq and every peer executor, with ratios.
     Peers,
+    /// Bytes per queued item beyond the closure, 1 M items queued with the workers held
+    /// back (spawn, and prepared items), from a counting allocator.
+    Memory,
+    /// Compares two sets of `--json` files (`--base`, `--new`), e.g. builds with and
+    /// without podq's stats: the median ratio per result and its spread.
+    Compare,
+    /// Idle pools on fake topologies of `--pods` pods: threads, heap and resident bytes
+    /// per pool, and their CPU time over `--duration` (default 3s).
+    Idle,
+    /// Open-loop spawn on fake topologies of 1, 8, 64 and 256 `cpu`-scope pods
+    /// (`--pods`) mapped onto the real CPUs: what more pools cost.
+    Scale,
 }
 
 /// `--strict`.
@@ -96,11 +111,12 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "both")]
     pub strict: StrictArg,
     /// Wall time of each measured run, e.g. 500ms, 2s, 1m; at most 1h [default: 1s;
-    /// completion 3s].
+    /// completion and idle 3s].
     #[arg(long, value_parser = parse_run_duration, allow_hyphen_values = true, conflicts_with = "items")]
     pub duration: Option<Duration>,
     /// Items per producer per run, instead of a duration, 1 to 10^12 (`throughput`
-    /// always runs a count: default 500000).
+    /// always runs a count: default 500000; `scale`: per real CPU, shared by the
+    /// producers; `memory`: items queued, default 1000000).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000_000_000))]
     pub items: Option<u64>,
     /// Times each configuration runs; runs are interleaved across configurations.
@@ -123,6 +139,16 @@ pub struct BenchArgs {
     /// `queue`, `throughput`: producer threads [default: one per usable CPU].
     #[arg(long)]
     pub producers: Option<usize>,
+    /// `scale`: pod counts to run, comma-separated, each 1 to 1024 (a fake topology of
+    /// that many single-CPU pods, one producer per pod).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 8, 64, 256])]
+    pub pods: Vec<usize>,
+    /// `compare`: the base runs' JSON files, comma-separated, in the order they ran.
+    #[arg(long, value_delimiter = ',', value_name = "FILE,...")]
+    pub base: Vec<String>,
+    /// `compare`: the new runs' JSON files, paired in order with `--base`'s.
+    #[arg(long = "new", value_delimiter = ',', value_name = "FILE,...")]
+    pub new_files: Vec<String>,
     /// `throughput`: prepared items each producer cycles through in the re-queue mode.
     #[arg(long, default_value_t = throughput::DEFAULT_WORKS)]
     pub works: usize,
@@ -282,6 +308,9 @@ fn build_system(name: &str, map: &CpuMap, args: &BenchArgs) -> Result<Arc<dyn Sy
 /// Runs `podq bench`.
 pub fn run(args: &BenchArgs) -> Result<()> {
     validate(args)?;
+    if args.workload == Workload::Compare {
+        return run_compare(args);
+    }
     if let Some(machine) = &args.sim {
         crate::sim::compare::check(args, machine)?;
     }
@@ -296,6 +325,16 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let map = CpuMap::new(topology)?;
     let systems = systems_for(args, &map)?;
     let length = match (args.items, args.duration) {
+        // Counted runs: their wall time has no budget to overshoot.
+        (items, _) if args.workload == Workload::Throughput || args.workload == Workload::Scale => {
+            RunLength::Items(items.unwrap_or(throughput::DEFAULT_ITEMS))
+        }
+        (items, _) if args.workload == Workload::Memory => {
+            RunLength::Items(items.unwrap_or(memory::DEFAULT_ITEMS))
+        }
+        (_, window) if args.workload == Workload::Idle => {
+            RunLength::Duration(window.unwrap_or(IDLE_WINDOW))
+        }
         (Some(n), _) => RunLength::Items(n),
         (None, Some(d)) => RunLength::Duration(d),
         (None, None) if args.workload == Workload::Completion => {
@@ -355,6 +394,33 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     outputs.write_json(&report)?;
     outputs.write_plot(|| plot::render(&report))?;
     outputs.keep();
+    Ok(())
+}
+
+/// `podq bench compare`: the table on stdout, the comparisons as JSON with `--json`.
+fn run_compare(args: &BenchArgs) -> Result<()> {
+    let rows = compare::compare(&args.base, &args.new_files)?;
+    let text = compare::render(&rows);
+    let json = serde_json::json!({
+        "schema_version": report::SCHEMA_VERSION,
+        "workload": "compare",
+        "command": std::env::args().collect::<Vec<_>>(),
+        "base": args.base,
+        "new": args.new_files,
+        "comparisons": rows,
+    });
+    match args.json.as_deref() {
+        Some("-") => {
+            eprint!("{text}");
+            println!("{json:#}");
+        }
+        Some(path) => {
+            print!("{text}");
+            std::fs::write(path, format!("{json:#}\n"))
+                .with_context(|| format!("writing {path}"))?;
+        }
+        None => print!("{text}"),
+    }
     Ok(())
 }
 
@@ -451,6 +517,25 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if !args.toggle.is_empty() && args.workload != Workload::Completion {
         return Err(usage("--toggle applies to the completion workload only"));
     }
+    if args.workload != Workload::Compare && !(args.base.is_empty() && args.new_files.is_empty()) {
+        return Err(usage("--base and --new belong to `podq bench compare`"));
+    }
+    if args.plot.is_some()
+        && matches!(
+            args.workload,
+            Workload::Memory | Workload::Idle | Workload::Compare
+        )
+    {
+        return Err(usage(format!(
+            "--plot draws rates and latencies; `{}` has a table only",
+            format!("{:?}", args.workload).to_lowercase()
+        )));
+    }
+    if args.workload == Workload::Memory && args.duration.is_some() {
+        return Err(usage(
+            "memory queues a number of items (--items), not for a --duration",
+        ));
+    }
     if !args.toggle.is_empty() && args.items.is_some() {
         return Err(usage("--toggle needs --duration, not --items"));
     }
@@ -473,6 +558,66 @@ fn systems_for(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Arc<dyn System>>> {
         systems.push(build_system(name, map, args)?);
     }
     Ok(systems)
+}
+
+/// How long `idle` watches the pools when `--duration` is not given.
+pub const IDLE_WINDOW: Duration = Duration::from_secs(3);
+
+/// The most pods `--pods` takes: each needs a producer thread and a worker.
+pub const MAX_SCALE_PODS: usize = 1024;
+
+/// `scale` and `idle`: one case per `--pods` value, each podq on its own fake
+/// topology on the `cpu` scope; `scale` shares `--items` x real CPUs spawns per run
+/// among one producer per pod, `idle` watches the pools for `--duration`.
+fn scale_cases(args: &BenchArgs, map: &CpuMap) -> Result<Vec<Case>> {
+    if !args.scopes.is_empty() && args.scopes != [Scope::Cpu] {
+        return Err(usage(
+            "scale and idle run the cpu scope (one pod per virtual CPU); drop --scopes",
+        ));
+    }
+    if args.systems.iter().any(|s| s != "podq") {
+        return Err(usage(
+            "scale and idle measure podq's pools; peers have none (drop --systems)",
+        ));
+    }
+    if args.topology != "live" || args.synthetic.is_some() || args.sysfs_root.is_some() {
+        return Err(usage(
+            "scale and idle build their own fake topologies (--pods); drop --topology",
+        ));
+    }
+    if let Some(&bad) = args
+        .pods
+        .iter()
+        .find(|&&n| !(1..=MAX_SCALE_PODS).contains(&n))
+    {
+        return Err(usage(format!(
+            "--pods {bad} is out of range 1..={MAX_SCALE_PODS}"
+        )));
+    }
+    let total = args.items.unwrap_or(throughput::DEFAULT_ITEMS) * map.real_cpus().len() as u64;
+    let mut cases = Vec::new();
+    for &pods in &args.pods {
+        let params = throughput::ScaleParams::new(pods, total)?;
+        let system: Arc<dyn System> = Arc::new(podq_system::Podq::new(
+            params.map.topology().clone(),
+            args.auto_window,
+            auto_config(args)?,
+        ));
+        let params = Arc::new(params);
+        for config in system.configs(&[Scope::Cpu], &args.strict.values()) {
+            let test = if args.workload == Workload::Idle {
+                Test::Idle(Arc::clone(&params), args.duration.unwrap_or(IDLE_WINDOW))
+            } else {
+                Test::Scale(Arc::clone(&params))
+            };
+            cases.push(Case {
+                system: Arc::clone(&system),
+                config,
+                test,
+            });
+        }
+    }
+    Ok(cases)
 }
 
 /// The workload options of `args`, for [`define::tests`].
@@ -507,6 +652,9 @@ pub(crate) fn cases_for(
     map: &CpuMap,
     systems: &[Arc<dyn System>],
 ) -> Result<Vec<Case>> {
+    if matches!(args.workload, Workload::Scale | Workload::Idle) {
+        return scale_cases(args, map);
+    }
     let scopes = scopes_or_all(&args.scopes);
     let strict = args.strict.values();
     let tests = define::tests(args.workload, &options(args), map.topology())?;
@@ -583,11 +731,25 @@ fn settings_json(args: &BenchArgs, length: RunLength) -> serde_json::Value {
         "cq_work": humantime::format_duration(args.cq_work).to_string(),
         "rpciod_work": humantime::format_duration(args.rpciod_work).to_string(),
         "nfsiod_work": humantime::format_duration(args.nfsiod_work).to_string(),
+        "pods": args.pods,
+        "podq_stats": cfg!(feature = "stats"),
     })
 }
 
 fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     let per_run = match length {
+        _ if args.workload == Workload::Memory => format!(
+            "{} items queued per run",
+            args.items.unwrap_or(memory::DEFAULT_ITEMS)
+        ),
+        _ if args.workload == Workload::Idle => format!(
+            "{} idle per run",
+            humantime::format_duration(args.duration.unwrap_or(IDLE_WINDOW))
+        ),
+        _ if args.workload == Workload::Scale => format!(
+            "{} items per real CPU per run, shared by one producer per pod",
+            args.items.unwrap_or(throughput::DEFAULT_ITEMS)
+        ),
         _ if args.workload == Workload::Throughput => format!(
             "{} items per producer per run",
             args.items.unwrap_or(throughput::DEFAULT_ITEMS)
@@ -596,7 +758,7 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         RunLength::Items(n) => format!("{n} items per producer per run"),
     };
     let mut out = format!(
-        "podq bench {}: topology {} ({}{}), {} round(s), {per_run}\n",
+        "podq bench {}: topology {} ({}{}), {} round(s), {per_run}{}\n",
         report.workload,
         report.topology.spec,
         report.topology.description,
@@ -606,6 +768,11 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
             String::new()
         },
         args.rounds,
+        if cfg!(feature = "stats") {
+            ""
+        } else {
+            ", podq built without stats"
+        },
     );
     let of = |test: &str| -> Vec<&RunResult> {
         report.results.iter().filter(|r| r.test == test).collect()
@@ -637,6 +804,22 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         if !rows.is_empty() {
             out.push_str(&throughput_table(test, &rows, args.works));
         }
+    }
+    let memory: Vec<&RunResult> = report
+        .results
+        .iter()
+        .filter(|r| r.memory.is_some())
+        .collect();
+    if !memory.is_empty() {
+        out.push_str(&memory_table(&memory));
+    }
+    let idle = of("idle");
+    if !idle.is_empty() {
+        out.push_str(&idle_table(&idle));
+    }
+    let scale = of("scale");
+    if !scale.is_empty() {
+        out.push_str(&scale_table(&scale));
     }
     let completion = of("completion");
     if !completion.is_empty() {
@@ -785,41 +968,187 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
                     format!("{:.1}%", t.accepted as f64 * 100.0 / t.calls as f64)
                 }
             });
-            vec![
+            let mut row = vec![
                 r.system.clone(),
                 label(r),
                 human_rate(r.items_per_sec),
                 spread(r, |x| x.items_per_sec, human_rate),
-                t.map_or("-".to_owned(), |t| human_rate(t.runs as f64 / r.seconds)),
-                t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
-                share,
-                format!("{:.3}s", r.seconds),
-            ]
+            ];
+            if test == "throughput_work" {
+                row.extend([
+                    t.map_or("-".to_owned(), |t| human_rate(t.accepted_per_sec)),
+                    spread(r, |x| x.accepted_per_sec.unwrap_or(0.0), human_rate),
+                    t.map_or("-".to_owned(), |t| human_rate(t.calls_per_sec)),
+                    spread(r, |x| x.calls_per_sec.unwrap_or(0.0), human_rate),
+                    share,
+                ]);
+            }
+            row.push(format!("{:.3}s", r.seconds));
+            row
         })
         .collect();
-    let what = if test == "throughput_spawn" {
-        "one-shot tiny closures, handles dropped; items = runs".to_owned()
+    let (what, head): (String, &[&str]) = if test == "throughput_spawn" {
+        (
+            "one-shot tiny closures, handles dropped".to_owned(),
+            &["system", "scope", "runs/s", "rounds min … max", "wall"],
+        )
     } else {
-        format!(
-            "each cycling through {works} re-queued items; podq coalesces calls on pending ones; items = calls handled"
+        (
+            format!(
+                "each re-queueing {works} items until the runs are counted; a call on an item \
+                 not yet running is coalesced (podq's PENDING; a flag per item for the peers)"
+            ),
+            &[
+                "system",
+                "scope",
+                "runs/s",
+                "rounds min … max",
+                "accepted/s",
+                "rounds min … max",
+                "calls/s",
+                "rounds min … max",
+                "accepted",
+                "wall",
+            ],
         )
     };
     format!(
         "\n{test}: {} producer(s), open loop, {what}\n{}",
         results.first().map_or(0, |r| r.producers),
+        report::table(head, &rows, 2)
+    )
+}
+
+fn memory_table(results: &[&RunResult]) -> String {
+    let bytes = |x: f64| format!("{x:.1}");
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let m = r.memory.as_ref().expect("memory results carry details");
+            vec![
+                r.system.clone(),
+                label(r),
+                format!("{:?}", m.mode).to_lowercase(),
+                (m.queued / r.rounds.len().max(1) as u64).to_string(),
+                m.prepared_bytes_per_item.map_or("-".to_owned(), bytes),
+                bytes(m.bytes_per_item),
+                spread(r, |x| x.bytes_per_item.unwrap_or(0.0), bytes),
+                bytes(m.beyond_closure),
+                format!("{:.2}", m.allocs_per_item),
+                format!("{:.1} MiB", m.retained_bytes / f64::from(1 << 20)),
+            ]
+        })
+        .collect();
+    format!(
+        "\nmemory: items queued from one thread while the workers are held back; live bytes from the allocator; closures capture 8 bytes (spawn)\n{}",
         report::table(
             &[
                 "system",
                 "scope",
-                "items/s",
+                "mode",
+                "queued",
+                "prepared B/item",
+                "queued B/item",
                 "rounds min … max",
-                "runs/s",
-                "calls/s",
-                "accepted",
-                "wall"
+                "beyond closure",
+                "allocs/item",
+                "retained after"
             ],
             &rows,
-            2
+            3
+        )
+    )
+}
+
+fn idle_table(results: &[&RunResult]) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let d = r.idle.as_ref().expect("idle results carry details");
+            let per = |x: f64| x / d.pools.max(1) as f64;
+            vec![
+                d.pods.to_string(),
+                label(r),
+                d.pools.to_string(),
+                d.threads.to_string(),
+                format!("{:.2}", per(d.threads as f64)),
+                format!("{:.1} KiB", per(d.heap_bytes as f64) / 1024.0),
+                format!("{:.1} KiB", per(d.rss_bytes as f64) / 1024.0),
+                human_ns(d.cpu_ns as f64),
+                format!("{:.4}%", d.cpu_share() * 100.0),
+                spread(
+                    r,
+                    |x| x.idle_cpu_share.unwrap_or(0.0) * 100.0,
+                    |x| format!("{x:.4}%"),
+                ),
+                format!(
+                    "{:.1}",
+                    d.context_switches as f64 / d.window_seconds.max(1e-9)
+                ),
+            ]
+        })
+        .collect();
+    let source = results
+        .iter()
+        .find_map(|r| r.idle.as_ref())
+        .map_or("", |d| match d.cpu_time_source {
+            crate::procinfo::CpuTimeSource::Schedstat => "schedstat",
+            crate::procinfo::CpuTimeSource::StatTicks => "stat ticks (10 ms steps)",
+        });
+    format!(
+        "\nidle: podq, one item run in every pod, then nothing queued; threads and CPU time of the threads the workqueue added ({source}), summed over rounds\n{}",
+        report::table(
+            &[
+                "pods", "scope", "pools", "threads", "threads/pool", "heap/pool", "rss/pool",
+                "cpu time", "of one CPU", "rounds min … max", "ctxsw/s"
+            ],
+            &rows,
+            3
+        )
+    )
+}
+
+fn scale_table(results: &[&RunResult]) -> String {
+    let pods = |r: &RunResult| {
+        r.throughput
+            .as_ref()
+            .and_then(|t| t.pods.as_ref())
+            .map_or(0, |p| p.pods)
+    };
+    // Each strictness is compared with its own run on the fewest pods.
+    let fewest = |strict: Option<bool>| {
+        results
+            .iter()
+            .filter(|r| r.strict == strict)
+            .min_by_key(|r| pods(r))
+    };
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .map(|r| {
+            let base = fewest(r.strict);
+            vec![
+                pods(r).to_string(),
+                label(r),
+                r.producers.to_string(),
+                human_rate(r.items_per_sec),
+                spread(r, |x| x.items_per_sec, human_rate),
+                base.map_or("-".to_owned(), |b| {
+                    format!(
+                        "{:+.1}% (vs {})",
+                        (r.items_per_sec / b.items_per_sec - 1.0) * 100.0,
+                        pods(b)
+                    )
+                }),
+                format!("{:.3}s", r.seconds),
+            ]
+        })
+        .collect();
+    format!(
+        "\nscale: podq, open-loop spawn, one producer per pod (fake:1sNc1t, virtual CPUs on the real ones)\n{}",
+        report::table(
+            &["pods", "scope", "producers", "runs/s", "rounds min … max", "change", "wall"],
+            &rows,
+            3
         )
     )
 }

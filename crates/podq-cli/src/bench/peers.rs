@@ -95,6 +95,9 @@ impl System for Rayon {
     fn new_queue(&self, _: &str, _: QueueConfig) -> Result<Arc<dyn Queue>> {
         Ok(Arc::new(RayonQueue(Arc::clone(&self.pool))))
     }
+    fn workers(&self) -> Option<usize> {
+        Some(self.pool.current_num_threads())
+    }
 }
 
 struct RayonQueue(Arc<rayon::ThreadPool>);
@@ -259,6 +262,9 @@ impl System for ChannelPool {
     fn name(&self) -> &'static str {
         self.name
     }
+    fn workers(&self) -> Option<usize> {
+        Some(self.workers.len())
+    }
     fn configs(&self, _: &[Scope], _: &[bool]) -> Vec<QueueConfig> {
         single_config()
     }
@@ -344,6 +350,9 @@ impl Drop for MpscPool {
 impl System for MpscPool {
     fn name(&self) -> &'static str {
         "std-mpsc"
+    }
+    fn workers(&self) -> Option<usize> {
+        Some(self.workers.len())
     }
     fn configs(&self, _: &[Scope], _: &[bool]) -> Vec<QueueConfig> {
         single_config()

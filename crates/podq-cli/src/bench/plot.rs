@@ -862,6 +862,10 @@ mod tests {
             p50_ns: 2_000,
             p99_ns: 9_000,
             mb_per_sec: None,
+            accepted_per_sec: None,
+            calls_per_sec: None,
+            bytes_per_item: None,
+            idle_cpu_share: None,
         };
         RunResult {
             test,
@@ -877,6 +881,8 @@ mod tests {
             submit_ns: None,
             completion: None,
             throughput: None,
+            memory: None,
+            idle: None,
             pool_locks: None,
             rounds: vec![round(4e5), round(6e5)],
             histogram: h,

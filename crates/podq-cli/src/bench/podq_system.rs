@@ -11,7 +11,7 @@ use std::time::Duration;
 use podq::policy::auto::AutoConfig;
 use podq::{Scope, Topology, Work, Workqueue};
 
-use super::system::{Item, LockCounts, PoolLockCounts, Queue, QueueConfig, System, Task};
+use super::system::{Gate, Item, LockCounts, PoolLockCounts, Queue, QueueConfig, System, Task};
 use super::workloads::throughput::tiny;
 
 /// podq on one topology (virtual CPUs of a fake one are mapped onto the real CPUs by
@@ -33,6 +33,32 @@ impl Podq {
     }
 }
 
+impl Podq {
+    fn podq_queue(
+        &self,
+        name: &str,
+        config: QueueConfig,
+        max_active: Option<usize>,
+    ) -> Result<PodqQueue> {
+        let mut builder = Workqueue::builder(name)
+            .scope(config.scope.unwrap_or(Scope::Default))
+            .strict(config.strict.unwrap_or(false))
+            .topology(self.topology.clone())
+            .auto_window(self.auto_window)
+            .auto_config(self.auto_config.clone());
+        if let Some(n) = max_active {
+            builder = builder.max_active(n);
+        }
+        let wq = builder
+            .build()
+            .with_context(|| format!("building podq workqueue `{name}` ({})", config.label()))?;
+        Ok(PodqQueue {
+            wq,
+            seen: Mutex::new(BTreeMap::new()),
+        })
+    }
+}
+
 impl System for Podq {
     fn name(&self) -> &'static str {
         "podq"
@@ -51,24 +77,33 @@ impl System for Podq {
     }
 
     fn new_queue(&self, name: &str, config: QueueConfig) -> Result<Arc<dyn Queue>> {
-        let wq = Workqueue::builder(name)
-            .scope(config.scope.unwrap_or(Scope::Default))
-            .strict(config.strict.unwrap_or(false))
-            .topology(self.topology.clone())
-            .auto_window(self.auto_window)
-            .auto_config(self.auto_config.clone())
-            .build()
-            .with_context(|| format!("building podq workqueue `{name}` ({})", config.label()))?;
-        Ok(Arc::new(PodqQueue {
-            wq,
-            seen: Mutex::new(BTreeMap::new()),
-        }))
+        Ok(Arc::new(self.podq_queue(name, config, None)?))
+    }
+
+    fn new_held_queue(&self, name: &str, config: QueueConfig) -> Result<(Arc<dyn Queue>, Gate)> {
+        // podq's pools start workers while items wait, so blocking the workers would
+        // not hold items back; `max_active(1)` and one blocker do: everything queued
+        // after it waits on the node's inactive list, where all but the first
+        // `max_active` items of any flood wait.
+        let queue = self.podq_queue(name, config, Some(1))?;
+        let gate = Gate::new();
+        let blocker = queue.prepare(Arc::new({
+            let gate = gate.clone();
+            move || gate.enter()
+        }));
+        blocker.submit();
+        gate.wait_entered(1);
+        Ok((Arc::new(queue), gate))
     }
 
     fn enter_cpu(&self, vcpu: usize) {
         // The bench already pinned the thread to the real CPU `vcpu` maps onto; this
         // makes podq pick the pod of the virtual CPU.
         podq::set_thread_cpu(Some(vcpu));
+    }
+
+    fn leave_cpu(&self) {
+        podq::set_thread_cpu(None);
     }
 
     fn cpu_probe(&self) -> fn() -> usize {
@@ -130,6 +165,14 @@ impl Queue for PodqQueue {
 
     fn totals(&self) -> Option<podq::stats::Totals> {
         Some(self.wq.stats().totals)
+    }
+
+    fn coalesces(&self) -> bool {
+        true
+    }
+
+    fn pools(&self) -> Option<usize> {
+        Some(self.wq.stats().pools.len())
     }
 }
 

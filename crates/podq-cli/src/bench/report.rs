@@ -14,8 +14,10 @@ use serde::Serialize;
 use super::alloc_model::AllocCounts;
 use super::system::PoolLockCounts;
 
-/// The schema version; bumped when a field changes meaning or disappears.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema version; bumped when a field changes meaning or disappears (2:
+/// `throughput_work` counts runs in `items`, and its producers stop after a number of
+/// runs instead of a number of calls).
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Percentiles fio prints for `clat`.
 pub const FIO_PERCENTILES: [f64; 17] = [
@@ -93,6 +95,10 @@ pub struct RunResult {
     pub completion: Option<CompletionDetail>,
     /// `throughput_spawn` and `throughput_work` only.
     pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
+    /// `memory_spawn` and `memory_work` only.
+    pub memory: Option<super::workloads::memory::MemoryDetail>,
+    /// `idle` only.
+    pub idle: Option<super::workloads::idle::IdleDetail>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
     /// Each round's own figures, in the order the rounds ran (the fields above sum
@@ -123,6 +129,14 @@ pub struct Round {
     pub p99_ns: u64,
     /// `completion` only: the round's MB/s.
     pub mb_per_sec: Option<f64>,
+    /// `throughput_*` only: the round's accepted calls per second (over `seconds`).
+    pub accepted_per_sec: Option<f64>,
+    /// `throughput_*` only: the round's calls per second while submitting.
+    pub calls_per_sec: Option<f64>,
+    /// `memory_*` only: the round's live bytes per queued item.
+    pub bytes_per_item: Option<f64>,
+    /// `idle` only: the round's CPU time of the idle pools' threads, share of one CPU.
+    pub idle_cpu_share: Option<f64>,
 }
 
 /// The `completion` workload's extra measurements.
@@ -624,6 +638,8 @@ mod tests {
             submit_ns: None,
             completion: None,
             throughput: None,
+            memory: None,
+            idle: None,
             pool_locks: None,
             rounds: Vec::new(),
             histogram: h,

@@ -7,7 +7,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::Thread;
 
 use anyhow::{bail, Result};
@@ -114,6 +114,40 @@ pub trait System: Send + Sync {
         let _ = vcpu;
     }
 
+    /// Undoes `enter_cpu` on a thread that is not pinned.
+    fn leave_cpu(&self) {}
+
+    /// A fixed number of worker threads, if the system has one (the `memory` workload
+    /// holds them all back with blockers; a pool that grows has none).
+    fn workers(&self) -> Option<usize> {
+        None
+    }
+
+    /// A queue whose items do not run until the returned gate opens (the `memory`
+    /// workload keeps items queued with it). By default every worker runs a blocker
+    /// that waits for the gate; systems whose pools grow override it.
+    fn new_held_queue(&self, name: &str, config: QueueConfig) -> Result<(Arc<dyn Queue>, Gate)> {
+        let Some(workers) = self.workers() else {
+            bail!(
+                "{} has no fixed set of workers to hold back (it starts threads for waiting items)",
+                self.name()
+            );
+        };
+        let queue = self.new_queue(name, config)?;
+        let gate = Gate::new();
+        let blockers: Vec<Box<dyn Item>> = (0..workers)
+            .map(|_| {
+                let gate = gate.clone();
+                queue.prepare(Arc::new(move || gate.enter()))
+            })
+            .collect();
+        for blocker in &blockers {
+            blocker.submit();
+        }
+        gate.wait_entered(workers);
+        Ok((queue, gate))
+    }
+
     /// A function telling the virtual CPU of the calling thread as the system sees
     /// it; items call it on workers.
     fn cpu_probe(&self) -> fn() -> usize {
@@ -151,6 +185,17 @@ pub trait Queue: Send + Sync {
     fn totals(&self) -> Option<podq::stats::Totals> {
         None
     }
+
+    /// Pools behind the queue, if the system has several (podq).
+    fn pools(&self) -> Option<usize> {
+        None
+    }
+
+    /// Whether a prepared item coalesces a submit with a run still pending (podq's
+    /// PENDING bit); the `throughput` workload adds that rule to systems without it.
+    fn coalesces(&self) -> bool {
+        false
+    }
 }
 
 /// A prepared item.
@@ -158,6 +203,51 @@ pub trait Item: Send + Sync {
     /// Queues one run of the item. Returns false when the call was coalesced with a
     /// run still pending (podq's PENDING bit); peers accept every call.
     fn submit(&self) -> bool;
+}
+
+/// Blockers wait here until it opens; the opener can wait for a number of them to
+/// have entered.
+#[derive(Clone, Debug, Default)]
+pub struct Gate(Arc<(Mutex<GateState>, Condvar)>);
+
+#[derive(Debug, Default)]
+struct GateState {
+    open: bool,
+    entered: usize,
+}
+
+impl Gate {
+    /// A closed gate.
+    pub fn new() -> Gate {
+        Gate::default()
+    }
+
+    /// Counts the caller in and blocks until the gate opens.
+    pub fn enter(&self) {
+        let (state, cv) = &*self.0;
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        s.entered += 1;
+        cv.notify_all();
+        while !s.open {
+            s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Blocks until `n` callers have entered.
+    pub fn wait_entered(&self, n: usize) {
+        let (state, cv) = &*self.0;
+        let mut s = state.lock().unwrap_or_else(|p| p.into_inner());
+        while s.entered < n {
+            s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// Opens the gate for good.
+    pub fn open(&self) {
+        let (state, cv) = &*self.0;
+        state.lock().unwrap_or_else(|p| p.into_inner()).open = true;
+        cv.notify_all();
+    }
 }
 
 /// A one-shot completion a producer waits on: the worker sets the flag and unparks
@@ -297,6 +387,29 @@ pub mod placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gate_holds_blockers_until_it_opens() {
+        let gate = Gate::new();
+        let passed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let threads: Vec<_> = (0..3)
+            .map(|_| {
+                let (gate, passed) = (gate.clone(), Arc::clone(&passed));
+                std::thread::spawn(move || {
+                    gate.enter();
+                    passed.fetch_add(1, Ordering::SeqCst);
+                })
+            })
+            .collect();
+        gate.wait_entered(3);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(passed.load(Ordering::SeqCst), 0);
+        gate.open();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert_eq!(passed.load(Ordering::SeqCst), 3);
+    }
 
     #[test]
     fn completion_wakes_the_waiter_once_per_signal() {

@@ -44,6 +44,9 @@ pub fn workload(test: &Test, topology: &Topology, cq_high_priority: bool) -> Opt
             item_ns: ns(l.work),
         },
         Test::Throughput(t) if t.mode == Mode::Spawn => return None,
+        // The process's own memory and threads, and one topology per pod count: no
+        // simulated counterpart.
+        Test::Scale(_) | Test::Memory(_) | Test::Idle(..) => return None,
         Test::Throughput(t) => Workload::Throughput {
             producer_cpus: producers(t.producers),
             depth: t.works,

@@ -18,10 +18,21 @@ use crate::bench::{usage, BenchArgs, Workload};
 
 /// Refuses a `--sim` that cannot run, before the real runs spend their time.
 pub fn check(bench: &BenchArgs, machine: &str) -> Result<()> {
-    if bench.workload == Workload::Peers {
-        return Err(usage(
-            "--sim: the simulator models podq only, so `peers` has no simulated counterpart",
-        ));
+    let refusal = match bench.workload {
+        Workload::Peers => {
+            Some("the simulator models podq only, so `peers` has no simulated counterpart")
+        }
+        Workload::Compare => Some("`compare` reads results, it runs nothing to simulate"),
+        Workload::Memory | Workload::Idle => Some(
+            "`memory` and `idle` measure this process's memory and threads; the simulator has neither",
+        ),
+        Workload::Scale => Some(
+            "`scale` runs several fake topologies; simulate each with `podq sim throughput --synthetic SHAPE`",
+        ),
+        _ => None,
+    };
+    if let Some(why) = refusal {
+        return Err(usage(format!("--sim: {why}")));
     }
     super::machine(machine).map_err(|e| usage(format!("--sim: {e}")))?;
     Ok(())

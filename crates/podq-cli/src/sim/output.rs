@@ -194,6 +194,7 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
         submit_seconds: seconds,
         calls_per_sec: rate(seg.hists.queue.len()),
         accepted_per_sec: rate(seg.hists.queue.len()),
+        pods: None,
     });
     RunResult {
         test: test_name(w),
@@ -210,6 +211,8 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
             .then(|| LatencySummary::of(&seg.hists.submit)),
         completion,
         throughput,
+        memory: None,
+        idle: None,
         pool_locks: Some(pool_locks(&seg.pool_locks)),
         // A seeded simulation is one deterministic run: there is no spread to show.
         rounds: Vec::new(),

@@ -2,7 +2,9 @@
 //! so that drift (frequency, other load) spreads over all of them alike.
 
 pub mod completion;
+pub mod idle;
 pub mod latency;
+pub mod memory;
 pub mod queue;
 pub mod throughput;
 
@@ -37,6 +39,12 @@ pub enum Test {
     Completion(Arc<completion::CompletionParams>),
     /// Open loop: producers submit as fast as they can.
     Throughput(throughput::ThroughputParams),
+    /// Open-loop spawn on a fake topology of its own (the `scale` workload).
+    Scale(Arc<throughput::ScaleParams>),
+    /// Bytes per queued item, the workers held back.
+    Memory(memory::MemoryParams),
+    /// Idle pools on a fake topology of their own, watched for this long.
+    Idle(Arc<throughput::ScaleParams>, Duration),
 }
 
 impl Test {
@@ -49,6 +57,12 @@ impl Test {
             Test::Throughput(p) => match p.mode {
                 throughput::Mode::Spawn => "throughput_spawn",
                 throughput::Mode::Work => "throughput_work",
+            },
+            Test::Scale(_) => "scale",
+            Test::Idle(..) => "idle",
+            Test::Memory(p) => match p.mode {
+                throughput::Mode::Spawn => "memory_spawn",
+                throughput::Mode::Work => "memory_work",
             },
         }
     }
@@ -82,6 +96,10 @@ pub struct Sample {
     pub segment_scope: Option<podq_topology::Scope>,
     /// Throughput-test extras.
     pub throughput: Option<throughput::ThroughputDetail>,
+    /// Memory-test extras.
+    pub memory: Option<memory::MemoryDetail>,
+    /// Idle-test extras.
+    pub idle: Option<idle::IdleDetail>,
 }
 
 impl Sample {
@@ -96,6 +114,10 @@ impl Sample {
             p50_ns: self.latency.value_at_quantile(0.5),
             p99_ns: self.latency.value_at_quantile(0.99),
             mb_per_sec: self.completion.as_ref().map(|c| c.mb_per_sec),
+            accepted_per_sec: self.throughput.as_ref().map(|t| t.accepted_per_sec),
+            calls_per_sec: self.throughput.as_ref().map(|t| t.calls_per_sec),
+            bytes_per_item: self.memory.as_ref().map(|m| m.bytes_per_item),
+            idle_cpu_share: self.idle.as_ref().map(idle::IdleDetail::cpu_share),
         }
     }
 
@@ -115,6 +137,12 @@ impl Sample {
         }
         if let (Some(a), Some(b)) = (self.throughput.as_mut(), other.throughput) {
             a.merge(b, self.seconds, other.seconds);
+        }
+        if let (Some(a), Some(b)) = (self.memory.as_mut(), other.memory) {
+            a.merge(&b);
+        }
+        if let (Some(a), Some(b)) = (self.idle.as_mut(), other.idle) {
+            a.merge(&b);
         }
         self.seconds = total;
     }
@@ -181,6 +209,8 @@ pub fn run_cases(
                 submit_ns: s.submit.as_ref().map(LatencySummary::of),
                 completion: s.completion,
                 throughput: s.throughput,
+                memory: s.memory,
+                idle: s.idle,
                 pool_locks: s.pool_locks,
                 rounds,
                 histogram: s.latency,
@@ -204,6 +234,8 @@ fn producers_of(test: &Test, map: &CpuMap) -> usize {
         Test::Latency(_) => 1,
         Test::Completion(p) => p.producer_cpus.len(),
         Test::Throughput(p) => p.producer_cpus(map).len(),
+        Test::Scale(p) => p.throughput.producer_cpus(&p.map).len(),
+        Test::Memory(_) | Test::Idle(..) => 1,
     }
 }
 
@@ -225,6 +257,9 @@ fn run_case(case: &Case, map: &CpuMap, length: RunLength) -> Result<Vec<Sample>>
         )?]),
         Test::Completion(p) => completion::run(&*case.system, case.config, map, p, length),
         Test::Throughput(p) => Ok(vec![throughput::run(&*case.system, case.config, map, p)?]),
+        Test::Scale(p) => Ok(vec![throughput::run_scale(&*case.system, case.config, p)?]),
+        Test::Memory(p) => Ok(vec![memory::run(&*case.system, case.config, p)?]),
+        Test::Idle(p, window) => Ok(vec![idle::run(&*case.system, case.config, p, *window)?]),
     }
 }
 
@@ -239,5 +274,7 @@ fn empty_sample() -> Sample {
         completion: None,
         segment_scope: None,
         throughput: None,
+        memory: None,
+        idle: None,
     }
 }

@@ -1,23 +1,33 @@
 //! `throughput`: open loop. One producer pinned to each usable CPU (or `--producers`),
-//! released together, submits its items as fast as it can without waiting for any of
-//! them; the run lasts until the last item ran. Two modes:
+//! released together, submits as fast as it can without waiting for any item. Two
+//! modes:
 //!
-//! - `spawn`: a one-shot tiny closure per item through each system's spawn-like API,
-//!   the handle (if any) dropped at once;
-//! - `work`: each producer cycles through `works` prepared items and makes `items`
-//!   submit calls. podq coalesces a queue call on a still-pending `Work` (it returns
-//!   false: the run it asks for is the pending one), so calls, accepted calls and runs
-//!   are counted apart, and the result's rate is calls handled per second (each call
-//!   either queued a run or joined a pending one); peers accept every call. (Making
-//!   producers spin until `items` calls are accepted instead measures the scheduler:
-//!   spinning producers hold both CPUs and workers run one batch per time slice.)
+//! - `spawn`: each producer submits `items` one-shot tiny closures through each
+//!   system's spawn-like API, the handle (if any) dropped at once; the run lasts until
+//!   the last one ran.
+//! - `work`: each producer cycles through `works` prepared items, re-queueing them,
+//!   until the driver has counted `items` runs per producer; then the producers stop
+//!   and the run lasts until every accepted call ran. A call on an item whose previous
+//!   call has not started running yet is coalesced with it (it returns false), so the
+//!   items in flight never exceed `works` per producer, and runs, accepted calls and
+//!   calls are counted apart. podq does this itself (a `Work`'s PENDING bit); for the
+//!   peers, which accept every call, the benchmark adds the same rule around their
+//!   submit, as a user of a channel pool would write it: a flag per item, set by the
+//!   call that queues it (`swap`), cleared by the worker just before the item runs.
+//!   The comparison is then between executors that do the same thing per run. A
+//!   producer whose whole pass over its items was coalesced yields its CPU
+//!   (`sched_yield`): spinning on, it would only keep the workers that share its CPU
+//!   from running, and the figure would be the scheduler's time slice.
 //!
 //! A tiny item bumps a counter owned by the thread that runs it (a load and a store on
 //! that thread's own cache line), so the items themselves share nothing: what is
 //! measured is the executor's hand-off.
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{
+    AtomicBool, AtomicU64, AtomicUsize,
+    Ordering::{AcqRel, Relaxed},
+};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,7 +35,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::{empty_sample, Sample};
-use crate::bench::system::placement::CpuMap;
+use crate::bench::system::placement::{self, CpuMap};
 use crate::bench::system::{Item, Queue, QueueConfig, System};
 
 /// Items each producer submits (and waits for) before the clock starts, so workers
@@ -36,7 +46,7 @@ const WARMUP_ITEMS: u64 = 2_000;
 /// within this much (plus the sleep's overshoot): under 1% of a run of 0.1 s or more.
 const POLL: Duration = Duration::from_micros(200);
 
-/// Items per producer when `--items` is not given.
+/// Items per producer when `--items` is not given: spawns in `spawn`, runs in `work`.
 pub const DEFAULT_ITEMS: u64 = 500_000;
 
 /// Items per producer in the `work` mode when `--works` is not given.
@@ -57,7 +67,8 @@ pub enum Mode {
 pub struct ThroughputParams {
     /// Producer count; `None`: one per usable CPU of the topology.
     pub producers: Option<usize>,
-    /// Submit calls per producer per run.
+    /// `spawn`: spawns per producer per run; `work`: runs per producer after which the
+    /// producers stop.
     pub items: u64,
     /// The mode.
     pub mode: Mode,
@@ -65,6 +76,9 @@ pub struct ThroughputParams {
     pub works: usize,
     /// `work` mode: CPU time each item spends.
     pub work: Duration,
+    /// Pin producer *i* to the *i*-th real CPU (round robin) whatever its virtual CPU,
+    /// so that a topology with fewer virtual than real CPUs still uses them all.
+    pub spread_real: bool,
 }
 
 impl ThroughputParams {
@@ -74,10 +88,27 @@ impl ThroughputParams {
         let n = self.producers.unwrap_or(vcpus.len());
         vcpus.iter().copied().cycle().take(n).collect()
     }
+
+    /// Each producer's virtual CPU and the real CPU it is pinned to.
+    fn producer_pins(&self, map: &CpuMap) -> Vec<(usize, usize)> {
+        let real = map.real_cpus();
+        self.producer_cpus(map)
+            .into_iter()
+            .enumerate()
+            .map(|(i, vcpu)| {
+                let cpu = if self.spread_real {
+                    real[i % real.len()]
+                } else {
+                    map.real_of(vcpu)
+                };
+                (vcpu, cpu)
+            })
+            .collect()
+    }
 }
 
 /// The `throughput` results beyond items/s.
-#[derive(Clone, Copy, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 pub struct ThroughputDetail {
     /// `spawn` or `work`.
     pub mode: Mode,
@@ -85,7 +116,8 @@ pub struct ThroughputDetail {
     pub calls: u64,
     /// Calls that queued a run (`spawn` and peers: all).
     pub accepted: u64,
-    /// Runs of the item function (equals `accepted`).
+    /// Runs of the item function, counted by the items (equals `accepted`: the run
+    /// ends once every accepted call ran).
     pub runs: u64,
     /// Time until the last producer made its last call, seconds (summed over rounds).
     pub submit_seconds: f64,
@@ -93,6 +125,17 @@ pub struct ThroughputDetail {
     pub calls_per_sec: f64,
     /// `accepted / seconds`: accepted calls over the whole run.
     pub accepted_per_sec: f64,
+    /// `scale` only: the topology this result ran on and its `cpu`-scope pods.
+    pub pods: Option<ScalePods>,
+}
+
+/// The fake topology of one `scale` result.
+#[derive(Clone, Debug, Serialize)]
+pub struct ScalePods {
+    /// `fake:SHAPE`.
+    pub topology: String,
+    /// Pods of the `cpu` scope (one per virtual CPU).
+    pub pods: usize,
 }
 
 impl ThroughputDetail {
@@ -168,6 +211,55 @@ pub fn tiny(seq: u64) {
     tally::bump();
 }
 
+/// One shape of the `scale` workload: open-loop spawn with one producer per virtual
+/// CPU (at least one per real CPU, pinned round robin) of a fake topology whose `cpu`
+/// scope has one pod per CPU.
+#[derive(Debug)]
+pub struct ScaleParams {
+    /// The test, with spawns per producer such that every shape runs the same total.
+    pub throughput: ThroughputParams,
+    /// `fake:SHAPE`.
+    pub spec: String,
+    /// The fake topology's CPUs mapped onto the real ones.
+    pub map: CpuMap,
+}
+
+impl ScaleParams {
+    /// `pods` single-CPU pods (`fake:1s{pods}c1t`), `total` spawns per run shared by one
+    /// producer per pod, at least one per real CPU (rounded up to a multiple of the
+    /// producers).
+    pub fn new(pods: usize, total: u64) -> Result<ScaleParams> {
+        let spec = format!("fake:1s{pods}c1t");
+        let map = CpuMap::new(crate::bench::topo::load(&spec)?)?;
+        // At least one producer per real CPU, so that every shape keeps them all busy.
+        let producers = pods.max(map.real_cpus().len());
+        Ok(ScaleParams {
+            throughput: ThroughputParams {
+                producers: Some(producers),
+                items: total.div_ceil(producers as u64).max(1),
+                mode: Mode::Spawn,
+                works: DEFAULT_WORKS,
+                work: Duration::ZERO,
+                spread_real: true,
+            },
+            spec,
+            map,
+        })
+    }
+}
+
+/// Runs one `scale` shape once.
+pub fn run_scale(system: &dyn System, config: QueueConfig, params: &ScaleParams) -> Result<Sample> {
+    let mut sample = run(system, config, &params.map, &params.throughput)?;
+    if let Some(t) = sample.throughput.as_mut() {
+        t.pods = Some(ScalePods {
+            topology: params.spec.clone(),
+            pods: params.map.vcpus().len(),
+        });
+    }
+    Ok(sample)
+}
+
 /// Runs the test once.
 pub fn run(
     system: &dyn System,
@@ -176,19 +268,28 @@ pub fn run(
     params: &ThroughputParams,
 ) -> Result<Sample> {
     let queue = system.new_queue("bench_throughput", config)?;
-    let cpus = params.producer_cpus(map);
+    let cpus = params.producer_pins(map);
     let producers = cpus.len() as u64;
     // Released twice: after the warm-up (the driver then waits for its runs), and to
     // start the measured phase.
     let warmed = Barrier::new(cpus.len() + 1);
     let go = Barrier::new(cpus.len() + 1);
+    // `work`: raised once enough runs were counted; the producers then stop calling.
+    let stop = AtomicBool::new(false);
+    // Producers that returned, so that the driver never waits for runs of producers
+    // that failed.
+    let finished = AtomicUsize::new(0);
     let base = tally::total();
-    let (outcomes, seconds, submit_seconds, locks_before) = std::thread::scope(|s| {
+    let (outcomes, seconds, submit_seconds, runs, locks_before) = std::thread::scope(|s| {
         let handles: Vec<_> = cpus
             .iter()
-            .map(|&vcpu| {
-                let (queue, warmed, go) = (&*queue, &warmed, &go);
-                s.spawn(move || producer(system, queue, map, vcpu, params, warmed, go))
+            .map(|&pin| {
+                let (queue, warmed, go, stop, finished) = (&*queue, &warmed, &go, &stop, &finished);
+                s.spawn(move || {
+                    let outcome = producer(system, queue, pin, params, warmed, go, stop);
+                    finished.fetch_add(1, Relaxed);
+                    outcome
+                })
             })
             .collect();
         warmed.wait();
@@ -197,45 +298,49 @@ pub fn run(
         let locks_before = queue.lock_counts();
         go.wait();
         let start = Instant::now();
-        let outcomes: Vec<Result<(u64, u64, Duration)>> = handles
+        if params.mode == Mode::Work {
+            let target = before + params.items * producers;
+            while tally::total() < target && finished.load(Relaxed) < cpus.len() {
+                std::thread::sleep(POLL);
+            }
+            stop.store(true, Relaxed);
+        }
+        let outcomes: Vec<Result<Outcome>> = handles
             .into_iter()
             .map(|h| h.join().expect("producer threads do not panic"))
             .collect();
-        let accepted: u64 = outcomes.iter().flatten().map(|o| o.1).sum();
+        let accepted: u64 = outcomes.iter().flatten().map(|o| o.accepted).sum();
         let submit_seconds = outcomes
             .iter()
             .flatten()
-            .map(|o| o.2.as_secs_f64())
+            .map(|o| o.elapsed.as_secs_f64())
             .fold(0.0, f64::max);
         if outcomes.iter().all(Result::is_ok) {
             tally::wait_for(before + accepted);
         }
         let seconds = start.elapsed().as_secs_f64();
-        (outcomes, seconds, submit_seconds, locks_before)
+        let runs = tally::total() - before;
+        (outcomes, seconds, submit_seconds, runs, locks_before)
     });
     let mut calls = 0;
     let mut accepted = 0;
     for outcome in outcomes {
-        let (c, a, _) = outcome?;
-        calls += c;
-        accepted += a;
+        let o = outcome?;
+        calls += o.calls;
+        accepted += o.accepted;
     }
     let mut sample = empty_sample();
     sample.seconds = seconds;
-    // Items handled: runs for spawn; calls for work (coalesced calls are handled by
-    // the pending run they joined).
-    sample.items = match params.mode {
-        Mode::Spawn => accepted,
-        Mode::Work => calls,
-    };
+    sample.items = runs;
     sample.throughput = Some(ThroughputDetail {
         mode: params.mode,
         calls,
         accepted,
-        runs: accepted,
+        runs,
         submit_seconds,
         calls_per_sec: rate(calls, submit_seconds),
         accepted_per_sec: rate(accepted, seconds),
+        pods: None,
     });
     sample.pool_locks = queue
         .lock_counts()
@@ -244,28 +349,76 @@ pub fn run(
     Ok(sample)
 }
 
-/// One producer: warm-up, then the measured calls. Returns calls, accepted calls and
-/// the time from the start to its last call.
+/// What one producer did in the measured phase.
+struct Outcome {
+    calls: u64,
+    accepted: u64,
+    /// From the start to its last call.
+    elapsed: Duration,
+}
+
+/// A peer's prepared item with podq's PENDING rule added: a call while the previous
+/// one has not started running is coalesced with it.
+struct Coalescing {
+    pending: Arc<AtomicBool>,
+    item: Box<dyn Item>,
+}
+
+impl Coalescing {
+    fn new(queue: &dyn Queue, work: Duration) -> Coalescing {
+        let pending = Arc::new(AtomicBool::new(false));
+        let item = queue.prepare(item_body(work, Some(Arc::clone(&pending))));
+        Coalescing { pending, item }
+    }
+}
+
+/// The body of a `work`-mode item: clears the peer's pending flag if it has one, then
+/// spends `work` and counts the run.
+fn item_body(work: Duration, pending: Option<Arc<AtomicBool>>) -> crate::bench::system::Task {
+    Arc::new(move || {
+        if let Some(flag) = &pending {
+            // AcqRel: acquires the writes of every call coalesced into this run (their
+            // swaps form a release sequence with the one that queued it), and releases
+            // to the next call that queues.
+            flag.swap(false, AcqRel);
+        }
+        crate::bench::define::spin(work);
+        tally::bump();
+    })
+}
+
+impl Item for Coalescing {
+    fn submit(&self) -> bool {
+        // AcqRel pairs with the worker's clearing swap above.
+        if self.pending.swap(true, AcqRel) {
+            return false;
+        }
+        self.item.submit()
+    }
+}
+
+/// One producer: warm-up, then the measured calls.
+#[allow(clippy::too_many_arguments)]
 fn producer(
     system: &dyn System,
     queue: &dyn Queue,
-    map: &CpuMap,
-    vcpu: usize,
+    (vcpu, real): (usize, usize),
     params: &ThroughputParams,
     warmed: &Barrier,
     go: &Barrier,
-) -> Result<(u64, u64, Duration)> {
-    let pinned = map.pin_current(vcpu);
+    stop: &AtomicBool,
+) -> Result<Outcome> {
+    let pinned = placement::pin_to_real(&[real]);
+    if pinned.is_ok() {
+        placement::set_current_vcpu(Some(vcpu));
+    }
     let works: Vec<Box<dyn Item>> = match params.mode {
         Mode::Spawn => Vec::new(),
+        Mode::Work if queue.coalesces() => (0..params.works.max(1))
+            .map(|_| queue.prepare(item_body(params.work, None)))
+            .collect(),
         Mode::Work => (0..params.works.max(1))
-            .map(|_| {
-                let work = params.work;
-                queue.prepare(Arc::new(move || {
-                    crate::bench::define::spin(work);
-                    tally::bump();
-                }))
-            })
+            .map(|_| Box::new(Coalescing::new(queue, params.work)) as Box<dyn Item>)
             .collect(),
     };
     if pinned.is_ok() {
@@ -282,19 +435,36 @@ fn producer(
     go.wait();
     pinned?;
     let start = Instant::now();
-    let mut accepted = 0;
-    match params.mode {
+    let (calls, accepted) = match params.mode {
         Mode::Spawn => {
             for seq in 0..params.items {
                 queue.spawn_tiny(seq);
             }
-            accepted = params.items;
+            (params.items, params.items)
         }
         Mode::Work => {
-            for (_, work) in (0..params.items).zip(works.iter().cycle()) {
-                accepted += u64::from(work.submit());
+            let (mut calls, mut accepted) = (0, 0);
+            'calls: loop {
+                let before = accepted;
+                for work in &works {
+                    if stop.load(Relaxed) {
+                        break 'calls;
+                    }
+                    calls += 1;
+                    accepted += u64::from(work.submit());
+                }
+                if accepted == before {
+                    // Every item is still pending: give the CPU to whoever runs them,
+                    // as an event source with nothing new would wait.
+                    std::thread::yield_now();
+                }
             }
+            (calls, accepted)
         }
-    }
-    Ok((params.items, accepted, start.elapsed()))
+    };
+    Ok(Outcome {
+        calls,
+        accepted,
+        elapsed: start.elapsed(),
+    })
 }
