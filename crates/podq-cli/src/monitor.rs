@@ -55,6 +55,8 @@ Columns (per workqueue; counts since it was made, rates over the last interval):
            of the queue's own when it uses several pools
   mayday   calls for the rescuer while no worker could be started
   rescued  items the rescuer ran
+A queue whose items the stall watchdog found stalled or running long gets a line
+below the table with the counts and the last stall.
 cpu_s, cont%, local%, the percentiles, mayday and rescued cover the pools the queue
 uses; pools are shared by queues with equal attributes. Then busy/idle per node and
 CPU (/proc/stat) and the busiest threads of the process (/proc/PID/task).
@@ -109,6 +111,9 @@ pub struct WqRow {
     pub scope: Option<String>,
     /// `auto`: switches made and the last one with its reason.
     pub last_switch: Option<String>,
+    /// The stall watchdog: stalls and long items found, and the last stall (`None`
+    /// while it found nothing).
+    pub watchdog: Option<String>,
     /// Items started.
     pub started: Option<u64>,
     /// Items completed.
@@ -193,10 +198,23 @@ pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
         ),
         None => format!("{} switch(es)", a.switches),
     });
+    let found = &stats.watchdog;
+    let watchdog = (found.stalls > 0 || found.long_items > 0).then(|| {
+        let last = found
+            .last_stall
+            .as_ref()
+            .map_or(String::new(), |s| format!("; last: {s}"));
+        escape_controls(&format!(
+            "{} stall(s), {} long item(s){last}",
+            found.stalls, found.long_items
+        ))
+        .into_owned()
+    });
     WqRow {
         name: escape_controls(&stats.name).into_owned(),
         scope: Some(scope),
         last_switch,
+        watchdog,
         started: Some(stats.totals.started),
         completed: Some(stats.totals.completed),
         started_per_s: None,
@@ -364,6 +382,9 @@ pub fn render_table(wqs: &[WqRow], busy: &[BusyRow], threads: &[ThreadRow]) -> S
     for w in wqs {
         if let Some(last) = &w.last_switch {
             out.push_str(&format!("{} auto: {last}\n", w.name));
+        }
+        if let Some(found) = &w.watchdog {
+            out.push_str(&format!("{} watchdog: {found}\n", w.name));
         }
     }
     let rows: Vec<[String; 3]> = busy
@@ -728,6 +749,28 @@ mod tests {
         assert_eq!(duration_ns(Some(3_014_700), true), "≤3.0 ms");
         assert_eq!(duration_ns(Some(2_500_000_000), false), "2.5 s");
         assert_eq!(duration_ns(None, false), "-");
+    }
+
+    #[test]
+    fn watchdog_findings_follow_the_table() {
+        let mut stats = wq("nfsiod", vec![pool(1, 1, 10)], 1, 1);
+        let quiet = wq_row(&stats);
+        assert_eq!(quiet.watchdog, None);
+        assert!(!render_table(&[quiet], &[], &[]).contains("watchdog"));
+        stats.watchdog = serde_json::from_value(json!({
+            "stalls": 1, "long_items": 2, "first_long_items": [],
+            "last_stall": { "pool": 4, "kind": { "Pending": { "items": 3 } },
+                            "stalled_for": { "secs": 31, "nanos": 0 } },
+        }))
+        .unwrap();
+        let table = render_table(&[wq_row(&stats)], &[], &[]);
+        assert!(
+            table.contains(
+                "nfsiod watchdog: 1 stall(s), 2 long item(s); last: pool 4 stalled: 3 items \
+                 pending and none started for 31s\n"
+            ),
+            "{table}"
+        );
     }
 
     #[test]

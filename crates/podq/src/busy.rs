@@ -11,7 +11,7 @@
 //! G guarded by `BEATS` (a leaf lock); BL guarded by `Beat::label` (a leaf lock, taken
 //! only for labelled items).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -34,44 +34,62 @@ pub(crate) struct Beat {
 }
 
 thread_local! {
-    /// W: this thread's beat, made when it starts its first item.
+    /// W: this thread's beat, made when it starts its first item; owns it.
     static MINE: RefCell<Option<Arc<Beat>>> = const { RefCell::new(None) };
+    /// W: the same beat as a plain pointer (null until made), so that the two writes
+    /// per item read a thread-local without a destructor to check.
+    static MINE_PTR: Cell<*const Beat> = const { Cell::new(std::ptr::null()) };
+}
+
+/// The calling thread's beat, made on first use.
+#[inline]
+fn mine() -> &'static Beat {
+    let mut ptr = MINE_PTR.with(Cell::get);
+    if ptr.is_null() {
+        ptr = first_beat();
+    }
+    // SAFETY: `MINE` holds the `Arc` this points into for the rest of the thread's
+    // life, and only this thread reads `MINE_PTR`; thread-local destruction runs no
+    // work item, so no caller outlives it.
+    unsafe { &*ptr }
 }
 
 /// G: every live beat (dead ones are pruned when a new one registers).
 static BEATS: Mutex<Vec<Weak<Beat>>> = Mutex::new(Vec::new());
 
 /// The calling thread starts an item of workqueue `wq` on a worker of `pool`.
+#[inline]
 pub(crate) fn start(wq: u64, pool: u64) {
-    MINE.with(|m| {
-        let mut mine = m.borrow_mut();
-        let beat = mine.get_or_insert_with(register);
-        beat.wq.store(wq, Relaxed);
-        beat.pool.store(pool, Relaxed);
-        let word = beat.word.load(Relaxed);
-        // Odd, and one run further (an odd word, a run that never ended, moves by two).
-        let next = if word & 1 == 0 { word + 1 } else { word + 2 };
-        beat.word.store(next, Release);
-    });
+    let beat = mine();
+    beat.wq.store(wq, Relaxed);
+    beat.pool.store(pool, Relaxed);
+    let word = beat.word.load(Relaxed);
+    // Odd, and one run further (an odd word, a run that never ended, moves by two).
+    let next = if word & 1 == 0 { word + 1 } else { word + 2 };
+    beat.word.store(next, Release);
 }
 
 /// The calling thread's item ended.
+#[inline]
 pub(crate) fn end() {
-    MINE.with(|m| {
-        if let Some(beat) = m.borrow().as_ref() {
-            let word = beat.word.load(Relaxed);
-            beat.word.store(word & !1, Release);
-        }
-    });
+    let beat = mine();
+    let word = beat.word.load(Relaxed);
+    beat.word.store(word & !1, Release);
 }
 
 /// Gives the calling thread's running item a label (`None`: clears it).
 pub(crate) fn set_label(label: Option<&Arc<str>>) {
-    MINE.with(|m| {
-        if let Some(beat) = m.borrow().as_ref() {
-            *lock(&beat.label) = label.cloned();
-        }
-    });
+    *lock(&mine().label) = label.cloned();
+}
+
+/// Makes and registers the calling thread's beat.
+#[cold]
+fn first_beat() -> *const Beat {
+    let beat = register();
+    let ptr = Arc::as_ptr(&beat);
+    MINE.with(|m| *m.borrow_mut() = Some(beat));
+    MINE_PTR.with(|p| p.set(ptr));
+    ptr
 }
 
 fn register() -> Arc<Beat> {

@@ -65,6 +65,7 @@ pub(crate) struct Running {
 }
 
 impl Running {
+    #[inline]
     pub(crate) fn new(wq: &Arc<WqShared>, pool: u64) -> Running {
         crate::busy::start(wq.id, pool);
         Running {
@@ -74,6 +75,7 @@ impl Running {
 }
 
 impl Drop for Running {
+    #[inline]
     fn drop(&mut self) {
         WQ.with(|c| c.set(self.previous));
         crate::busy::end();

@@ -162,8 +162,8 @@ pub use stats::WorkqueueStats;
 pub use threads::WorkerThread;
 pub use work::Work;
 pub use workqueue::{
-    default_scope, set_default_scope, CpuRun, PodRun, PoolDump, PwqDump, RunningItem, Shutdown,
-    Unfinished, Workqueue, WorkqueueBuilder, WorkqueueDump,
+    default_scope, set_default_scope, CpuPool, CpuRun, NodeActiveDump, PodRun, PoolDump, PwqDump,
+    RunningItem, Shutdown, Unfinished, Workqueue, WorkqueueBuilder, WorkqueueDump,
 };
 
 /// What a panic hook is told about a panicking work item.

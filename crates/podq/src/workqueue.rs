@@ -37,7 +37,7 @@ pub(crate) mod watch;
 pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use completions::Completions;
-pub use dump::{PoolDump, PwqDump, RunningItem, WorkqueueDump};
+pub use dump::{CpuPool, NodeActiveDump, PoolDump, PwqDump, RunningItem, WorkqueueDump};
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
 pub use shutdown::{Shutdown, Unfinished};

@@ -78,10 +78,26 @@ fn dump_shows_waiting_and_running_items_and_the_pool() {
         lines[2].starts_with("  running `dump_blocker` on pool ") && lines[2].contains(" for "),
         "{text}"
     );
+    let has = |want: &dyn Fn(&str) -> bool| lines.iter().any(|l| want(l));
     assert!(
-        lines[3].starts_with(&format!("  pool {} (cpus ", pwq.pool)),
+        has(&|l| l.starts_with("  cpus ") && l.ends_with(&format!(" -> pool {}", pwq.pool))),
         "{text}"
     );
+    assert!(
+        has(&|l| l == format!("  default pool {}", pwq.pool)),
+        "{text}"
+    );
+    assert!(
+        has(&|l| l.starts_with(&format!("  pool {} (cpus ", pwq.pool))),
+        "{text}"
+    );
+    // Ordered: one active item, on the blocker's node.
+    let active: usize = dump.nodes.iter().map(|n| n.nr).sum();
+    assert_eq!(active, 1, "{:?}", dump.nodes);
+    assert!(has(&|l| l.ends_with(": 1/1 active")), "{text}");
+    assert_eq!(dump.cpu_pools.len(), wq.topology().usable().len());
+    assert!(dump.cpu_pools.iter().all(|c| c.pool == pwq.pool));
+    assert_eq!(dump.default_pool, Some(pwq.pool));
 
     release.send(()).unwrap();
     blocker.join().unwrap();

@@ -220,6 +220,9 @@ mod tests {
                 pwqs: Vec::new(),
                 running: Vec::new(),
                 pools: Vec::new(),
+                cpu_pools: Vec::new(),
+                default_pool: None,
+                nodes: Vec::new(),
             }
         }
     }

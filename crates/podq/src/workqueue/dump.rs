@@ -31,6 +31,34 @@ pub struct WorkqueueDump {
     pub running: Vec<RunningItem>,
     /// The pools its pwqs use.
     pub pools: Vec<PoolDump>,
+    /// Which pool serves each CPU of the effective cpumask (the CPU → pool map).
+    pub cpu_pools: Vec<CpuPool>,
+    /// The pool of the pwq spanning the whole cpumask (`dfl_pwq`).
+    pub default_pool: Option<u64>,
+    /// Active items against each node's share of `max_active` (`node_nr/max`).
+    pub nodes: Vec<NodeActiveDump>,
+}
+
+/// One CPU's pool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct CpuPool {
+    /// The CPU (topology numbering).
+    pub cpu: usize,
+    /// The pool serving it.
+    pub pool: u64,
+}
+
+/// One node's active items and limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct NodeActiveDump {
+    /// The node; `None` for the counter of pools that span nodes.
+    pub node: Option<usize>,
+    /// Active items counted on it.
+    pub nr: usize,
+    /// Its share of `max_active`.
+    pub max: usize,
 }
 
 /// One pool_workqueue.
@@ -164,7 +192,35 @@ impl WqShared {
                 thread: l.thread,
             })
             .collect();
+        let pool_of = |pwq: &Arc<Pwq>| pwq.pool.core.id;
+        let cpu_pools = table
+            .cpu_pwq
+            .iter()
+            .enumerate()
+            .filter_map(|(cpu, pwq)| {
+                pwq.as_ref().map(|p| CpuPool {
+                    cpu,
+                    pool: pool_of(p),
+                })
+            })
+            .collect();
+        let fallback = self.nodes.len() - 1;
+        let nodes = self
+            .nodes
+            .iter()
+            .enumerate()
+            .map(|(i, counter)| {
+                let (nr, max) = counter.active_of_max();
+                let node = (i != fallback)
+                    .then(|| self.node_index.iter().position(|&x| x == i))
+                    .flatten();
+                NodeActiveDump { node, nr, max }
+            })
+            .collect();
         WorkqueueDump {
+            cpu_pools,
+            default_pool: table.dfl.as_ref().map(pool_of),
+            nodes,
             name: self.name.clone(),
             ordered: attrs.ordered,
             max_active: attrs.max_active,
@@ -213,6 +269,26 @@ impl fmt::Display for WorkqueueDump {
                 "  running{label} on pool {} thread {} {how_long}",
                 r.pool, r.thread
             )?;
+        }
+        let mut by_pool: Vec<(u64, Vec<usize>)> = Vec::new();
+        for c in &self.cpu_pools {
+            match by_pool.iter_mut().find(|(p, _)| *p == c.pool) {
+                Some((_, cpus)) => cpus.push(c.cpu),
+                None => by_pool.push((c.pool, vec![c.cpu])),
+            }
+        }
+        for (pool, cpus) in by_pool {
+            let cpus: podq_topology::CpuSet = cpus.into_iter().collect();
+            writeln!(f, "  cpus {} -> pool {pool}", cpus.to_list())?;
+        }
+        if let Some(pool) = self.default_pool {
+            writeln!(f, "  default pool {pool}")?;
+        }
+        for n in &self.nodes {
+            let node = n
+                .node
+                .map_or("nodes spanned".to_owned(), |id| format!("node {id}"));
+            writeln!(f, "  {node}: {}/{} active", n.nr, n.max)?;
         }
         for p in &self.pools {
             let stuck = p

@@ -50,6 +50,11 @@ impl<P> NodeActive<P> {
         self.max.load(SeqCst)
     }
 
+    /// Active items and the node's share of `max_active` now (for `Workqueue::dump`).
+    pub(crate) fn active_of_max(&self) -> (usize, usize) {
+        (self.nr.load(SeqCst), self.max.load(SeqCst))
+    }
+
     /// Whether every slot is taken now (a snapshot, for `Workqueue::congested`).
     pub(crate) fn is_full(&self) -> bool {
         policy::free_slots(self.nr.load(SeqCst), self.max.load(SeqCst)) == 0
