@@ -379,11 +379,24 @@ impl Workqueue {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        self.try_spawn_labelled(None, f)
+    }
+
+    /// [`Workqueue::try_spawn`] with the item's label, if any.
+    fn try_spawn_labelled<T, F>(
+        &self,
+        label: Option<Arc<str>>,
+        f: F,
+    ) -> Result<JoinHandle<T>, SpawnError<F>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
         let wq = self.shared();
         if let Err(e) = wq.check_accepting() {
             return Err(SpawnError::new(e, f));
         }
-        let (handle, task) = join::pair(f);
+        let (handle, task) = join::pair_named(label, f);
         // Past the check, the call counts as made before any drain that began since: it
         // is queued and a drain waits for it. Only a destroyed workqueue refuses it then,
         // which cannot happen while this handle lives; were it refused, the handle would

@@ -3,8 +3,7 @@
 use std::sync::Arc;
 
 use crate::error::SpawnError;
-use crate::join::{self, JoinHandle};
-use crate::work::Task;
+use crate::join::JoinHandle;
 use crate::Workqueue;
 
 impl Workqueue {
@@ -42,13 +41,6 @@ impl Workqueue {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let wq = self.shared();
-        if let Err(e) = wq.check_accepting() {
-            return Err(SpawnError::new(e, f));
-        }
-        let (handle, task) = join::pair_named(Some(label.into()), f);
-        // As in `try_spawn`: past the check the call counts as made before any drain.
-        let _ = wq.enqueue_any(Task::Once(task), None, true);
-        Ok(handle)
+        self.try_spawn_labelled(Some(label.into()), f)
     }
 }
