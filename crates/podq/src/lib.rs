@@ -88,8 +88,9 @@
 //!
 //! ```text
 //! set_default_scope/refresh serialisers ─→ M config ─→ T table ─→ S pwqs ─→ P pwq ─→ N pending ─→ L pool ─→ K worklist
-//!                                              │                     ↑
-//!                                              │    Z flush serial ─→ F flush
+//!                                              │         │           ↑
+//!                                              │         │  Z flush serial ─→ F flush
+//!                                              │         └─→ F flush (a queue call undoing its count wakes flushers)
 //!                                              ├─→ G pools by key
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
