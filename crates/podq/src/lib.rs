@@ -31,7 +31,13 @@
 //!   cooldown retry runs on one process-wide manager thread, not on a pool's worker.
 //! - Non-strict repatriation: the woken worker narrows its own affinity to the pod and
 //!   widens it again (the kernel sets `wake_cpu` instead); it is counted the same way.
-//! - Flush uses unbounded generations instead of 16 colours (see `workqueue/README.md`).
+//! - Flush uses two colours with one flusher at a time instead of 16 colours and a
+//!   flusher queue, counted on one atomic word per pwq (see `workqueue/README.md`).
+//! - A worker accounts finished items in batches (up to 32, settled at once when a
+//!   flusher waits or the worker blocks), and activation moves waiting items in turns
+//!   of up to [`policy::ACTIVATION_TURN`] per pwq instead of one per completion; an
+//!   item that waits for another item of its workqueue must wrap the wait in
+//!   [`blocking`] (see `workqueue/README.md`, "Completion").
 //! - Cancelled instances are not unlinked from queues; they carry a sequence number and
 //!   are dropped when reached (see `work/README.md`).
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
