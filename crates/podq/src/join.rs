@@ -170,6 +170,9 @@ trait RunOnce: Send + Sync {
     fn run(&self) -> Option<String>;
     /// It will never run: completes the handle with an error.
     fn abandon(&self);
+    /// Its label, for the trace events.
+    #[cfg(feature = "tracing")]
+    fn label(&self) -> Option<&Arc<str>>;
 }
 
 impl<F, T> RunOnce for Spawned<F, T>
@@ -194,6 +197,11 @@ where
                 Some(message)
             }
         }
+    }
+
+    #[cfg(feature = "tracing")]
+    fn label(&self) -> Option<&Arc<str>> {
+        self.label.as_ref()
     }
 
     fn abandon(&self) {
@@ -251,6 +259,15 @@ impl OnceTask {
     /// Runs the item; returns its panic message if it panicked.
     pub(crate) fn run(mut self) -> Option<String> {
         self.0.take().and_then(|spawned| spawned.run())
+    }
+
+    /// Its identity (the spawned block's address) and label, for the trace events.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn traced(&self) -> (usize, Option<&Arc<str>>) {
+        match &self.0 {
+            Some(spawned) => (Arc::as_ptr(spawned).cast::<()>() as usize, spawned.label()),
+            None => (0, None),
+        }
     }
 }
 

@@ -135,6 +135,7 @@ mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod threads;
+mod trace;
 pub mod watchdog;
 mod work;
 mod workqueue;

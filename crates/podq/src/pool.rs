@@ -22,6 +22,7 @@ use std::sync::Arc;
 use crate::context::{self, BATCH, BLOCKING_DEPTH, COMPLETIONS, WORKER_POOL};
 use crate::sync::Ordering::SeqCst;
 use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard};
+use crate::trace;
 use crate::work::{Entry, EntryMeta, Start, Task};
 
 mod rescue;
@@ -268,6 +269,7 @@ impl PoolCore {
     /// Appends activated items to the worklist in one acquisition, without a kick: the
     /// caller kicks once it has released the pwq lock.
     pub(crate) fn push_many(&self, entries: impl ExactSizeIterator<Item = Entry>) {
+        let entries = entries.inspect(crate::trace::activate_work);
         self.worklist.push_many(entries, &self.stats.enqueue_lock);
     }
 
@@ -278,6 +280,7 @@ impl PoolCore {
     /// caller keeps the pool alive until then.
     #[must_use]
     pub(crate) fn push(self: &Arc<Self>, entry: Entry) -> Option<Arc<PoolCore>> {
+        crate::trace::activate_work(&entry);
         self.worklist.push(entry, &self.stats.enqueue_lock);
         self.kick_wanted().then(|| Arc::clone(self))
     }
@@ -401,7 +404,7 @@ impl PoolCore {
     }
 
     /// The CPU (workqueue topology numbering) a worker of this pool runs on now.
-    fn worker_cpu(&self) -> usize {
+    pub(crate) fn worker_cpu(&self) -> usize {
         let real = cpu::real_cpu();
         self.virt_of_real
             .get(real)
@@ -656,7 +659,9 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) 
     let Entry { task, meta } = entry;
     let (work, mut seq) = match task {
         Task::Once(task) => {
+            let traced = trace::execute_start(trace::Item::Once(&task), &meta, pool);
             execute(pool, mine, &meta, 0, || task.run());
+            trace::execute_end(traced);
             return context::complete(meta);
         }
         Task::Work { work, seq } => (work, seq),
@@ -689,7 +694,9 @@ fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) 
     }
     let addr = Arc::as_ptr(&work) as usize;
     loop {
+        let traced = trace::execute_start(trace::Item::Work(&work), &meta, pool);
         execute(pool, mine, &meta, addr, || work.run());
+        trace::execute_end(traced);
         context::complete(meta);
         loop {
             let Some(next) = work.state.finish() else {

@@ -642,6 +642,7 @@ impl WqShared {
                 queued_at: crate::stats::sample_stamp(),
             },
         };
+        crate::trace::queue_work(&entry, cpu, queued_cpu);
         // The table lock ends before any kick: waking or starting a worker may call
         // an error hook (thread creation failed), which may change this workqueue.
         let mut join_pending = false;
