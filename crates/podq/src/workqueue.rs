@@ -639,11 +639,19 @@ impl WqShared {
         // The table lock ends before any kick: waking or starting a worker may call
         // an error hook (thread creation failed), which may change this workqueue.
         let mut join_pending = false;
-        let kick = if !pwq.gate.load(SeqCst) && node.try_inc() {
+        // A failed take may have overshot for a moment (`NodeActive::try_inc`): an undo
+        // that is a release, so it calls for an activation pass too.
+        let missed = Cell::new(false);
+        let take_slot = || {
+            let took = node.try_inc();
+            missed.set(missed.get() || !took);
+            took
+        };
+        let kick = if !pwq.gate.load(SeqCst) && take_slot() {
             pool.push(entry)
         } else {
             let mut st = lock(&pwq.state);
-            let admit = policy::admit(st.queue(), || node.try_inc());
+            let admit = policy::admit(st.queue(), take_slot);
             match admit.admission {
                 Admission::Activate => {
                     drop(st);
@@ -667,9 +675,9 @@ impl WqShared {
         if let Some(pool) = kick {
             pool.wake_or_start();
         }
-        if join_pending {
+        if join_pending || missed.get() {
             // A slot may have been freed between our failed try and joining the
-            // pending list; its releaser may not have seen us.
+            // pending list (its releaser may not have seen us), or by our own undo.
             self.activate(node);
         }
         Ok(())
