@@ -122,6 +122,7 @@ pub mod control;
 mod cpu;
 mod current;
 mod delayed;
+mod entry;
 mod error;
 pub mod fault;
 mod global;

@@ -62,10 +62,11 @@ use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+use crate::entry::{Entry, EntryMeta, Task};
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
-use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
+use crate::work::{Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
