@@ -23,11 +23,12 @@
 
 use std::sync::Arc;
 
+#[cfg(feature = "tracing")]
+use crate::entry::Task;
+use crate::entry::{Entry, EntryMeta};
 use crate::join::OnceTask;
 use crate::pool::PoolCore;
-#[cfg(feature = "tracing")]
-use crate::work::Task;
-use crate::work::{Entry, EntryMeta, WorkInner};
+use crate::work::WorkInner;
 
 /// An item as the events name it (read only by the feature's events).
 #[derive(Clone, Copy)]

@@ -63,10 +63,11 @@ use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 
+use crate::entry::{Entry, EntryMeta, Task};
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
-use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
+use crate::work::{Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
@@ -88,8 +89,9 @@ thread_local! {
 /// # Shutdown
 /// Dropping the last handle (`destroy_workqueue`):
 /// 1. Queued items, on worklists or waiting for an active slot, all run (a frozen
-///    workqueue is thawed first: [`Workqueue::freeze`]): the drop drains the workqueue, accepting only chained queueing from its own items; timers
-///    that fire meanwhile queue their items, which run too.
+///    workqueue is thawed first: [`Workqueue::freeze`]): the drop drains the
+///    workqueue, accepting only chained queueing from its own items; timers that fire
+///    meanwhile queue their items, which run too.
 /// 2. Running items are waited for.
 /// 3. Delayed items still on the timer are cancelled: they are idle again (free to be
 ///    queued elsewhere) and never fire. The kernel leaves them to the caller.
@@ -218,9 +220,9 @@ pub(crate) struct Pwq {
     /// retry); see `flush.rs`.
     in_flight: InFlight,
     /// A: new items must take the pwq lock: it has inactive items, is plugged, is
-    /// frozen or is on its node's pending list. Stored (`SeqCst`) under the pwq lock whenever one of
-    /// those changes; a queuer that loads it clear skips the lock and only tries a
-    /// node slot — it cannot overtake an item whose queue call returned before its own
+    /// frozen or is on its node's pending list. Stored (`SeqCst`) under the pwq lock
+    /// whenever one of those changes; a queuer that loads it clear skips the lock and
+    /// only tries a node slot — it cannot overtake an item whose queue call returned before its own
     /// began, since that item's store of the gate happened before the load.
     gate: AtomicBool,
     /// P: the pwq lock.
@@ -646,11 +648,19 @@ impl WqShared {
         // The table lock ends before any kick: waking or starting a worker may call
         // an error hook (thread creation failed), which may change this workqueue.
         let mut join_pending = false;
-        let kick = if !pwq.gate.load(SeqCst) && node.try_inc() {
+        // A failed take may have overshot for a moment (`NodeActive::try_inc`): an undo
+        // that is a release, so it calls for an activation pass too.
+        let missed = Cell::new(false);
+        let take_slot = || {
+            let took = node.try_inc();
+            missed.set(missed.get() || !took);
+            took
+        };
+        let kick = if !pwq.gate.load(SeqCst) && take_slot() {
             pool.push(entry)
         } else {
             let mut st = lock(&pwq.state);
-            let admit = policy::admit(st.queue(), || node.try_inc());
+            let admit = policy::admit(st.queue(), take_slot);
             match admit.admission {
                 Admission::Activate => {
                     drop(st);
@@ -674,9 +684,9 @@ impl WqShared {
         if let Some(pool) = kick {
             pool.wake_or_start();
         }
-        if join_pending {
+        if join_pending || missed.get() {
             // A slot may have been freed between our failed try and joining the
-            // pending list; its releaser may not have seen us.
+            // pending list (its releaser may not have seen us), or by our own undo.
             self.activate(node);
         }
         Ok(())

@@ -152,7 +152,10 @@ fn every_item_passes_queue_activate_start_end() {
         .find(|e| e.fields["work"] == ids[1] && e.name == "workqueue_execute_start")
         .unwrap();
     // Non-strict: the worker's CPU is any of the topology's (CPUs 0 and 1).
-    assert!(["0", "1"].contains(&start.fields["cpu"].as_str()), "{start:?}");
+    assert!(
+        ["0", "1"].contains(&start.fields["cpu"].as_str()),
+        "{start:?}"
+    );
     let cpu1_pool = wq
         .dump()
         .cpu_pools

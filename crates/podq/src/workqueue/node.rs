@@ -17,7 +17,8 @@ pub(crate) struct NodeActive<P> {
     /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
     /// that follows the store).
     max: AtomicUsize,
-    /// A: active items (`SeqCst` CAS; see `nr_pending` for its pair).
+    /// A: slots taken: active items, plus for a moment a `try_inc` that overshot and is
+    /// about to undo (`SeqCst` read-modify-writes; see `nr_pending` for its pair).
     nr: AtomicUsize,
     /// N: pwqs with inactive items waiting for a slot, served round-robin.
     pending: Mutex<VecDeque<P>>,
@@ -60,9 +61,17 @@ impl<P> NodeActive<P> {
         policy::free_slots(self.nr.load(SeqCst), self.max.load(SeqCst)) == 0
     }
 
-    /// Takes a slot if one is free (`policy::may_activate`).
+    /// Takes a slot if one is free (`policy::may_activate`): one locked add, and an
+    /// undo if that overshot the limit. The overshoot may make a concurrent
+    /// `take_pending` find no free slot, so after a false return the caller must run
+    /// its activation loop, as after `release`: the undo is a release.
     pub(crate) fn try_inc(&self) -> bool {
-        self.try_take(1) == 1
+        let before = self.nr.fetch_add(1, SeqCst);
+        if policy::free_slots(before, self.max.load(SeqCst)) > 0 {
+            return true;
+        }
+        self.release(1);
+        false
     }
 
     /// Takes up to `want` free slots (`policy::free_slots`); returns how many.
@@ -138,8 +147,7 @@ mod loom_tests {
             let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
                 while let Some((p, slots)) = node.take_pending(4) {
                     assert_eq!((p, slots), (7, 1));
-                    assert!(node.nr.load(SeqCst) <= 1, "over max_active");
-                    activated.fetch_add(1, SeqCst);
+                    assert_eq!(activated.fetch_add(1, SeqCst), 0, "over max_active");
                 }
             };
             let completer = {
@@ -159,6 +167,55 @@ mod loom_tests {
             assert_eq!(activated.load(SeqCst), 1);
             assert_eq!(node.nr.load(SeqCst), 1);
             assert_eq!(node.nr_pending.load(SeqCst), 0);
+        });
+    }
+
+    /// max_active 1, one item active: a queuer whose `try_inc` overshoots (and so
+    /// makes the others' takes fail for a moment) races with the completion and with a
+    /// second queuer that joins the pending list. Every side runs the activation loop
+    /// after its failed take or release; in every interleaving the slot ends up used
+    /// exactly once (by either queuer or the waiter), never left free.
+    #[test]
+    fn loom_an_overshooting_take_leaves_no_waiter_behind() {
+        loom::model(|| {
+            let node = Arc::new(NodeActive::<u32>::new());
+            assert!(node.try_inc(), "the running item's slot");
+            let activated = Arc::new(AtomicUsize::new(0));
+            let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
+                while let Some((p, slots)) = node.take_pending(4) {
+                    assert_eq!((p, slots), (7, 1));
+                    activated.fetch_add(1, SeqCst);
+                }
+            };
+            let completer = {
+                let (node, activated) = (node.clone(), activated.clone());
+                loom::thread::spawn(move || {
+                    node.release(1);
+                    activate_all(&node, &activated);
+                })
+            };
+            let overshooter = {
+                let (node, activated) = (node.clone(), activated.clone());
+                loom::thread::spawn(move || {
+                    let took = node.try_inc();
+                    if !took {
+                        activate_all(&node, &activated);
+                    }
+                    took
+                })
+            };
+            if !node.try_inc() {
+                node.push_pending(7);
+                activate_all(&node, &activated);
+            } else {
+                activated.fetch_add(1, SeqCst);
+            }
+            completer.join().unwrap();
+            let took = overshooter.join().unwrap();
+            let used = activated.load(SeqCst) + usize::from(took);
+            assert_eq!(used, 1, "one slot, used exactly once");
+            // The waiter may still wait, but only behind the overshooter's item.
+            assert_eq!(node.nr.load(SeqCst), 1, "a slot left free");
         });
     }
 }
