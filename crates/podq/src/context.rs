@@ -10,8 +10,8 @@ use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
+use crate::entry::{Entry, EntryMeta};
 use crate::pool::PoolCore;
-use crate::work::Entry;
 use crate::workqueue::Completions;
 
 thread_local! {
@@ -31,7 +31,7 @@ thread_local! {
 }
 
 /// Accounts a finished (or dropped) item through the calling thread's held completions.
-pub(crate) fn complete(meta: crate::work::EntryMeta) {
+pub(crate) fn complete(meta: EntryMeta) {
     COMPLETIONS.with(|c| c.borrow_mut().complete(meta.pwq, meta.colour));
 }
 

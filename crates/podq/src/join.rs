@@ -1,33 +1,42 @@
 //! `JoinHandle`: the result of a one-shot item, awaited by blocking or as a `Future`.
 //!
 //! A spawned item is one allocation: the closure, the result and the waiter live in
-//! one [`Spawned`] block, shared by the queue entry ([`OnceTask`]) and the handle.
+//! one [`Spawned`] block, shared by the queue entry ([`OnceTask`]) and the handle. The
+//! block's reference count is two bits of its state word, so a fire-and-forget item
+//! (handle dropped before it runs) costs one locked instruction in all: the handle's
+//! drop.
 //!
-//! Protocol, on one state word (`TAKEN`, `DONE`, `WAITING`):
-//! 1. Running (or abandoning) starts with `fetch_or(TAKEN)`: the one caller that set
-//!    it owns the closure, so an item runs at most once and a dropped entry that never
-//!    ran completes the handle with "dropped without running" instead.
-//! 2. The owner writes the result, then `fetch_or(DONE)`; only if `WAITING` was set
-//!    does it lock the waiter and wake it. A completion nobody waits for takes no lock
-//!    and makes no system call.
+//! Protocol, on one state word (`DONE`, `WAITING`, and the references `TASK`, `HANDLE`):
+//! 1. The task is unique (an entry, not cloned), so its holder owns the closure: it
+//!    runs it (or drops it unrun, completing the handle with "dropped without
+//!    running").
+//! 2. Completing: if only `TASK` is left, nobody will read the result: the task frees
+//!    the block without a write. Otherwise it writes the result, then sets `DONE` and
+//!    clears `TASK` in one CAS. If `WAITING` is set, it sets `DONE` first, wakes the
+//!    waiter under the waiter lock, and clears `TASK` only then, so the handle cannot
+//!    free the block under the wake-up.
 //! 3. The handle takes the result once it sees `DONE`. To wait, it stores its waiter
 //!    (thread or task waker) under the waiter lock, then `fetch_or(WAITING)`; if that
-//!    shows `DONE`, it takes the result instead of sleeping.
+//!    shows `DONE`, it takes the result instead of sleeping. Dropping it clears
+//!    `HANDLE`.
+//! 4. Whoever clears the last reference frees the block.
 //!
-//! Race considered: the completer's `fetch_or(DONE)` and the waiter's
+//! Races considered: the completer's setting of `DONE` and the waiter's
 //! `fetch_or(WAITING)` are ordered on the same word, so either the completer sees
 //! `WAITING` (and the waiter stored before it) or the waiter sees `DONE`: no lost
-//! wake-up. Loom model: `loom_join_sees_the_result_or_is_woken`.
+//! wake-up. The two references are cleared on that word too, so exactly one side
+//! sees the other gone and frees. Loom models: `loom_join_sees_the_result_or_is_woken`,
+//! `loom_abandoned_item_completes_the_handle`, `loom_a_detached_item_is_freed_once`.
 //!
-//! Legend: A atomic; D owned by the thread whose `fetch_or` set `TAKEN`; O written by the
-//! closure's owner before `DONE`, then only by the handle; V guarded by
-//! `Spawned::waiter`.
+//! Legend: A atomic; D owned by the task's holder; O written by the completer before
+//! `DONE`, then only by the handle; V guarded by `Spawned::waiter`.
 
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::ptr::NonNull;
 use std::task::{Context, Poll, Waker};
 
 use crate::sync::Ordering::{AcqRel, Acquire};
@@ -105,23 +114,26 @@ impl Waiter {
     }
 }
 
-/// `Spawned::state`: the closure was taken, by the runner or by a drop that abandons it.
-const TAKEN: u32 = 1;
 /// `Spawned::state`: the result is in `Spawned::result`.
-const DONE: u32 = 2;
+const DONE: u32 = 1;
 /// `Spawned::state`: a waiter is registered in `Spawned::waiter`.
-const WAITING: u32 = 4;
+const WAITING: u32 = 2;
+/// `Spawned::state`: the queue entry's reference ([`OnceTask`]) is alive.
+const TASK: u32 = 4;
+/// `Spawned::state`: the handle's reference ([`JoinHandle`]) is alive.
+const HANDLE: u32 = 8;
 
-/// The shared block of a spawned item: closure, result and waiter in one allocation.
-/// Running and completing it take no lock unless someone waits (protocol in the
-/// module docs).
+/// The shared block of a spawned item: closure, result, waiter and the two references
+/// in one allocation. Running and completing it take no lock unless someone waits
+/// (protocol in the module docs).
 struct Spawned<F, T> {
-    /// A: [`TAKEN`], [`DONE`] and [`WAITING`]. Set with `AcqRel` read-modify-writes:
-    /// the `fetch_or` of `DONE` releases the result written before it and pairs with
-    /// the handle's `Acquire` load (or its `fetch_or` of `WAITING`) that sees `DONE`;
-    /// the two `fetch_or`s of `DONE` and `WAITING` are ordered on this one word, so
-    /// either the completer sees `WAITING` and wakes the waiter, or the waiter sees
-    /// `DONE` and does not sleep.
+    /// A: [`DONE`], [`WAITING`], [`TASK`] and [`HANDLE`]. Written with `AcqRel`
+    /// read-modify-writes: setting `DONE` releases the result written before it and
+    /// pairs with the handle's `Acquire` load (or its `fetch_or` of `WAITING`) that sees
+    /// `DONE`; clearing a reference releases that side's last accesses and pairs with
+    /// the other side's `Acquire` read that finds it cleared before freeing; the
+    /// `DONE`/`WAITING` and the two reference updates are ordered on this one word, so
+    /// exactly one side sees the other (module docs).
     state: AtomicU32,
     /// D: the closure.
     f: UnsafeCell<Option<F>>,
@@ -134,42 +146,62 @@ struct Spawned<F, T> {
     label: Option<Arc<str>>,
 }
 
-// SAFETY: the closure is touched only by the one thread whose `fetch_or` set `TAKEN`
-// (D), the result by the completer before `DONE` and by the single handle after it (O),
-// and the waiter under its lock; `F` and `T` move between threads, so they must be
-// `Send`, and nothing is shared by reference.
+// SAFETY: the closure is touched only by the task's holder (D), the result by the
+// completer before `DONE` and by the single handle after it (O), and the waiter under
+// its lock; `F` and `T` move between threads, so they must be `Send`, and nothing is
+// shared by reference.
 unsafe impl<F: Send, T: Send> Sync for Spawned<F, T> {}
 
 impl<F, T> Spawned<F, T> {
-    /// Claims the closure: true for the one caller that sets `TAKEN`.
-    fn take_closure(&self) -> Option<F> {
-        if self.state.fetch_or(TAKEN, AcqRel) & TAKEN != 0 {
-            return None;
+    /// The task's end: completes the handle with `result` and drops the task's
+    /// reference. Returns whether that was the last reference (the caller frees the
+    /// block). Called once, by the task's holder.
+    fn finish(&self, result: Result<T, Panicked>) -> bool {
+        let mut state = self.state.load(Acquire);
+        if state & HANDLE == 0 {
+            // The handle is gone (its clearing of `HANDLE` pairs with this load):
+            // nobody reads the result.
+            return true;
         }
-        // SAFETY: this call set `TAKEN`, so it alone owns the closure (D).
-        self.f.with_mut(|f| unsafe { (*f).take() })
-    }
-
-    /// Stores the result and wakes the waiter, if any. Called once, by the owner of
-    /// the closure.
-    fn complete(&self, result: Result<T, Panicked>) {
-        // SAFETY: `DONE` is not set yet and only the closure's owner completes, so
-        // nobody else reads or writes the result now (O).
+        // SAFETY: `DONE` is not set and only the task's holder completes, so nobody
+        // else reads or writes the result now (O).
         self.result
             .with_mut(|r| unsafe { *r = Some(result.map_err(Box::new)) });
-        if self.state.fetch_or(DONE, AcqRel) & WAITING != 0 {
-            let waiter = std::mem::replace(&mut *lock(&self.waiter), Waiter::None);
-            waiter.wake();
+        while state & WAITING == 0 {
+            if state & HANDLE == 0 {
+                return true; // dropped meanwhile: the result goes with the block
+            }
+            match self
+                .state
+                .compare_exchange_weak(state, (state | DONE) & !TASK, AcqRel, Acquire)
+            {
+                Ok(_) => return false,
+                Err(now) => state = now,
+            }
         }
+        // A waiter: publish, wake it, and only then drop the reference, so that the
+        // handle cannot free the block under the wake-up.
+        self.state.fetch_or(DONE, AcqRel);
+        let waiter = std::mem::replace(&mut *lock(&self.waiter), Waiter::None);
+        waiter.wake();
+        self.state.fetch_and(!TASK, AcqRel) & HANDLE == 0
+    }
+
+    /// Takes the closure (D: only the task's holder calls this).
+    fn take_closure(&self) -> Option<F> {
+        // SAFETY: the task's holder alone owns the closure (D).
+        self.f.with_mut(|f| unsafe { (*f).take() })
     }
 }
 
-/// What a queue entry does with its spawned item.
+/// What a queue entry does with its spawned item. Each method ends the task's
+/// reference and returns whether it was the last one: the caller then frees the block
+/// (after the borrow of it ended).
 trait RunOnce: Send + Sync {
     /// Runs it; returns the panic message if it panicked.
-    fn run(&self) -> Option<String>;
+    fn run(&self) -> (Option<String>, bool);
     /// It will never run: completes the handle with an error.
-    fn abandon(&self);
+    fn abandon(&self) -> bool;
 }
 
 impl<F, T> RunOnce for Spawned<F, T>
@@ -177,32 +209,33 @@ where
     F: FnOnce() -> T + Send,
     T: Send,
 {
-    fn run(&self) -> Option<String> {
-        let f = self.take_closure()?;
-        let _label = crate::current::Labelled::new(self.label.as_ref());
-        match catch_unwind(AssertUnwindSafe(f)) {
-            Ok(v) => {
-                self.complete(Ok(v));
-                None
-            }
+    fn run(&self) -> (Option<String>, bool) {
+        let Some(f) = self.take_closure() else {
+            unreachable!("a task runs once: `OnceTask::run` consumes it")
+        };
+        let outcome = {
+            let _label = crate::current::Labelled::new(self.label.as_ref());
+            catch_unwind(AssertUnwindSafe(f))
+        };
+        match outcome {
+            Ok(v) => (None, self.finish(Ok(v))),
             Err(payload) => {
                 let message = panic_message(&*payload);
-                self.complete(Err(Panicked {
+                let last = self.finish(Err(Panicked {
                     message: message.clone(),
                     payload: Some(payload),
                 }));
-                Some(message)
+                (Some(message), last)
             }
         }
     }
 
-    fn abandon(&self) {
-        if self.take_closure().is_some() {
-            self.complete(Err(Panicked {
-                message: "dropped without running".to_owned(),
-                payload: None,
-            }));
-        }
+    fn abandon(&self) -> bool {
+        drop(self.take_closure());
+        self.finish(Err(Panicked {
+            message: "dropped without running".to_owned(),
+            payload: None,
+        }))
     }
 }
 
@@ -215,6 +248,9 @@ trait Joinable<T>: Send + Sync {
     fn wait_with(&self, waiter: Waiter) -> bool;
     /// Whether the item is done.
     fn done(&self) -> bool;
+    /// Drops the handle's reference; returns whether it was the last one (the caller
+    /// frees the block).
+    fn release(&self) -> bool;
 }
 
 impl<F, T> Joinable<T> for Spawned<F, T>
@@ -241,23 +277,44 @@ where
     fn done(&self) -> bool {
         self.state.load(Acquire) & DONE != 0
     }
+
+    fn release(&self) -> bool {
+        self.state.fetch_and(!HANDLE, AcqRel) & TASK == 0
+    }
 }
 
 /// A spawned item as it travels through a workqueue. Dropped without [`OnceTask::run`]
 /// (refused, or lost with its workqueue), it completes the handle with an error.
-pub(crate) struct OnceTask(Option<Arc<dyn RunOnce>>);
+pub(crate) struct OnceTask(Option<NonNull<dyn RunOnce>>);
+
+// SAFETY: the pointer is the task's reference to a `Spawned` block that is `Send +
+// Sync` (`RunOnce`'s bounds); the task is not cloned, so moving it moves that
+// reference.
+unsafe impl Send for OnceTask {}
 
 impl OnceTask {
     /// Runs the item; returns its panic message if it panicked.
     pub(crate) fn run(mut self) -> Option<String> {
-        self.0.take().and_then(|spawned| spawned.run())
+        let block = self.0.take()?;
+        // SAFETY: the task's reference (`TASK`) keeps the block alive until `run`
+        // returns; the block is freed below only if that was the last reference.
+        let (message, last) = unsafe { block.as_ref() }.run();
+        if last {
+            // SAFETY: the last reference is gone; the block came from `Box::leak`.
+            drop(unsafe { Box::from_raw(block.as_ptr()) });
+        }
+        message
     }
 }
 
 impl Drop for OnceTask {
     fn drop(&mut self) {
-        if let Some(spawned) = self.0.take() {
-            spawned.abandon();
+        if let Some(block) = self.0.take() {
+            // SAFETY: as in `run`.
+            if unsafe { block.as_ref() }.abandon() {
+                // SAFETY: as in `run`.
+                drop(unsafe { Box::from_raw(block.as_ptr()) });
+            }
         }
     }
 }
@@ -275,7 +332,8 @@ impl Drop for OnceTask {
 /// assert_eq!(err.payload().and_then(|p| p.downcast_ref::<u8>()), Some(&7));
 /// ```
 pub struct JoinHandle<T> {
-    shared: Arc<dyn Joinable<T>>,
+    /// The handle's reference (`HANDLE`) to the item's block.
+    shared: NonNull<dyn Joinable<T>>,
     /// Whether `poll` returned the result.
     claimed: bool,
 }
@@ -288,7 +346,27 @@ impl<T> fmt::Debug for JoinHandle<T> {
     }
 }
 
+// SAFETY: the block is `Send + Sync` (`Joinable`'s bounds) and the handle's methods
+// move the result out only by value; `T: Send` lets that result cross threads.
+unsafe impl<T: Send> Send for JoinHandle<T> {}
+// SAFETY: as for `Send`; through `&JoinHandle` only `is_finished` (an atomic load) runs.
+unsafe impl<T: Send> Sync for JoinHandle<T> {}
+
+impl<T> Drop for JoinHandle<T> {
+    fn drop(&mut self) {
+        if self.shared().release() {
+            // SAFETY: the last reference is gone; the block came from `Box::leak`.
+            drop(unsafe { Box::from_raw(self.shared.as_ptr()) });
+        }
+    }
+}
+
 impl<T> JoinHandle<T> {
+    fn shared(&self) -> &dyn Joinable<T> {
+        // SAFETY: the handle's reference (`HANDLE`) keeps the block alive until `drop`.
+        unsafe { self.shared.as_ref() }
+    }
+
     /// Waits for the item and returns its value, or the panic it raised.
     pub fn join(self) -> Result<T, Panicked> {
         crate::blocking(|| self.wait())
@@ -297,10 +375,10 @@ impl<T> JoinHandle<T> {
     /// The wait of [`JoinHandle::join`], outside `blocking`.
     fn wait(self) -> Result<T, Panicked> {
         loop {
-            if let Some(result) = self.shared.take_result() {
+            if let Some(result) = self.shared().take_result() {
                 return result;
             }
-            if self.shared.wait_with(Waiter::Thread(thread::current())) {
+            if self.shared().wait_with(Waiter::Thread(thread::current())) {
                 // Spurious wake-ups and stale unparks only loop once more.
                 thread::park();
             }
@@ -309,7 +387,7 @@ impl<T> JoinHandle<T> {
 
     /// Whether the item has finished.
     pub fn is_finished(&self) -> bool {
-        self.shared.done()
+        self.shared().done()
     }
 }
 
@@ -321,11 +399,11 @@ impl<T> Future for JoinHandle<T> {
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         assert!(!self.claimed, "JoinHandle polled after completion");
         loop {
-            if let Some(result) = self.shared.take_result() {
+            if let Some(result) = self.shared().take_result() {
                 self.claimed = true;
                 return Poll::Ready(result);
             }
-            if self.shared.wait_with(Waiter::Task(cx.waker().clone())) {
+            if self.shared().wait_with(Waiter::Task(cx.waker().clone())) {
                 return Poll::Pending;
             }
         }
@@ -344,20 +422,19 @@ pub(crate) fn pair_named<T: Send + 'static>(
     label: Option<Arc<str>>,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (JoinHandle<T>, OnceTask) {
-    let spawned = Arc::new(Spawned {
-        state: AtomicU32::new(0),
+    let block = NonNull::from(Box::leak(Box::new(Spawned {
+        state: AtomicU32::new(TASK | HANDLE),
         f: UnsafeCell::new(Some(f)),
         result: UnsafeCell::new(None),
         waiter: Mutex::new(Waiter::None),
         label,
-    });
-    let task: Arc<dyn RunOnce> = spawned.clone();
+    })));
     (
         JoinHandle {
-            shared: spawned,
+            shared: block,
             claimed: false,
         },
-        OnceTask(Some(task)),
+        OnceTask(Some(block)),
     )
 }
 
@@ -412,6 +489,48 @@ mod tests {
         assert_eq!(err.to_string(), "work item dropped without running");
     }
 
+    /// Counts its drops: a result dropped twice, or leaked, shows in the count.
+    struct Counted(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for Counted {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn a_detached_result_is_dropped_once_whichever_side_goes_last() {
+        for handle_first in [true, false] {
+            let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = Counted(Arc::clone(&drops));
+            let (handle, task) = pair(move || counted);
+            if handle_first {
+                drop(handle);
+                assert_eq!(task.run(), None);
+            } else {
+                assert_eq!(task.run(), None);
+                assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 0);
+                drop(handle);
+            }
+            assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
+            assert_eq!(Arc::strong_count(&drops), 1, "the result was not freed");
+        }
+    }
+
+    #[test]
+    fn a_polled_then_dropped_handle_still_frees_the_item() {
+        let drops = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = Counted(Arc::clone(&drops));
+        let (mut handle, task) = pair(move || counted);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        assert!(Pin::new(&mut handle).poll(&mut cx).is_pending());
+        drop(handle);
+        assert_eq!(task.run(), None);
+        assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
+        assert_eq!(Arc::strong_count(&drops), 1);
+    }
+
     #[test]
     fn a_blocked_join_is_woken_from_another_thread() {
         let (handle, task) = pair(|| "late");
@@ -451,6 +570,27 @@ mod loom_tests {
             let dropper = loom::thread::spawn(move || drop(task));
             assert!(!handle.wait().unwrap_err().ran());
             dropper.join().unwrap();
+        });
+    }
+
+    /// The handle is dropped while the item runs: the result is dropped exactly once,
+    /// by whichever side lets go of the block last.
+    #[test]
+    fn loom_a_detached_item_is_freed_once() {
+        struct Counted(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+        impl Drop for Counted {
+            fn drop(&mut self) {
+                self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+        loom::model(|| {
+            let drops = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let counted = Counted(std::sync::Arc::clone(&drops));
+            let (handle, task) = pair(move || counted);
+            let runner = loom::thread::spawn(move || task.run());
+            drop(handle);
+            assert_eq!(runner.join().unwrap(), None);
+            assert_eq!(drops.load(std::sync::atomic::Ordering::SeqCst), 1);
         });
     }
 }

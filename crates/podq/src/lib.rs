@@ -60,7 +60,7 @@
 //! |---|---|---|
 //! | I | set at init, read-only after | everywhere |
 //! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
-//! | AW, AL | atomic counters written by one worker / under the lock they count | `stats` |
+//! | AW, AL, AS | atomic counters written by one worker / under the lock they count / by the holder of a shard's lease | `stats` |
 //! | W | thread-private (a thread-local) | `context`, `current`, `busy`, `pool`, `workqueue`, `cpu` |
 //! | M | `WqShared::config` | `workqueue` |
 //! | T | `WqShared::table` | `workqueue` |
@@ -81,7 +81,7 @@
 //! | X | the timer's `Timer::state` | `delayed` |
 //! | H | a work item's handoff slot | `work::state` |
 //! | C | a work item's waiters (with its condvar) | `work::state` |
-//! | D | a spawned item's closure, owned by the thread that claimed it | `join` |
+//! | D | a spawned item's closure, owned by the holder of its queue entry | `join` |
 //! | O | a spawned item's result, written before its `DONE` bit, then the handle's | `join` |
 //! | V | a spawned item's waiter `Spawned::waiter` | `join` |
 //! | Z | `FlushDomain::serial` (one flusher at a time) | `workqueue::flush` |
@@ -122,6 +122,7 @@ pub mod control;
 mod cpu;
 mod current;
 mod delayed;
+mod entry;
 mod error;
 pub mod fault;
 mod global;

@@ -1,4 +1,6 @@
-//! Worker pools and their workers. Sleep/wake protocol and worklist: `pool/README.md`.
+//! Worker pools: the pool lock, its counts, kicking (wake or start a worker) and
+//! `blocking` sections. The worker loop is in `pool/worker.rs`; sleep/wake protocol and
+//! worklist: `pool/README.md`.
 //!
 //! Legend: I set at init; L guarded by `PoolCore::state` (the pool lock); A atomic
 //! (ordering and pair named at each field; `stats.rs` counters are relaxed); J guarded
@@ -16,16 +18,17 @@ use podq_topology::{CpuSet, Topology};
 use crate::attrs::PoolKey;
 use crate::cpu::{self, CpuMap};
 use crate::policy::{self, Kick, PoolLoad};
-use crate::stats::{PoolCounters, Recorder, WorkerCounters};
+use crate::stats::PoolCounters;
 use std::sync::Arc;
 
-use crate::context::{self, BATCH, BLOCKING_DEPTH, COMPLETIONS, WORKER_POOL};
+use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
+use crate::entry::Entry;
 use crate::sync::Ordering::SeqCst;
-use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex, MutexGuard};
-use crate::work::{Entry, EntryMeta, Start, Task};
+use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, AtomicUsize, Mutex};
 
 mod rescue;
 mod watch;
+mod worker;
 mod worklist;
 pub(crate) use crate::context::{current_wq, running_work};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
@@ -112,7 +115,7 @@ impl PoolState {
         // Decrement, fence, then the length: pairs with a queuer's push, fence, then
         // its load of `running` (`PoolCore::kick`).
         counts.running.fetch_sub(1, SeqCst);
-        fence(SeqCst);
+        seqcst_pair_fence();
         if worklist.len() > 0 {
             counts.running.fetch_add(1, SeqCst);
             return false;
@@ -126,20 +129,6 @@ impl PoolState {
         counts.idle.store(self.idle.len(), SeqCst);
         true
     }
-}
-
-/// Sleep/wake, sleeper side (after `go_idle`, lock released): parks once and returns
-/// the lock and whether a waker marked worker `index` woken. `false` means a timeout or
-/// a spurious wake-up; the caller decides whether to park again.
-fn sleep_once(
-    state: &Mutex<PoolState>,
-    index: usize,
-    timeout: Duration,
-) -> (MutexGuard<'_, PoolState>, bool) {
-    thread::park_timeout(timeout);
-    let st = lock(state);
-    let woken = st.slots[index].as_ref().is_some_and(|s| s.woken);
-    (st, woken)
 }
 
 /// Everything the pool lock guards (all L).
@@ -294,7 +283,7 @@ impl PoolCore {
     fn kick_wanted(&self) -> bool {
         // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit
         // (their write, a fence, then the length).
-        fence(SeqCst);
+        seqcst_pair_fence();
         policy::kick(self.load_unlocked()) != Kick::Nothing
     }
 
@@ -391,7 +380,7 @@ impl PoolCore {
     fn spawn_worker(self: &Arc<Self>, index: usize) {
         let core = Arc::clone(self);
         let builder = self.threads.worker(self.id, index);
-        match crate::fault::spawn_worker_thread(builder, move || worker_main(core, index)) {
+        match crate::fault::spawn_worker_thread(builder, move || worker::worker_main(core, index)) {
             Ok(handle) => {
                 self.stats.workers_created.inc();
                 lock_std(&self.joins).push(handle);
@@ -479,320 +468,12 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-fn worker_main(pool: Arc<PoolCore>, index: usize) {
-    let mine = pool.stats.register_worker();
-    work_loop(&pool, index, &mine);
-    pool.stats.retire_worker(&mine);
-}
-
-/// A worker's life in its pool; `mine` (W) takes its accounting.
-fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
-    if cpu::set_affinity(&pool.allowed).is_err() {
-        pool.stats.affinity_failures.inc();
-    }
-    if pool.key.nice != 0 && cpu::set_nice(pool.key.nice).is_err() {
-        pool.stats.nice_failures.inc();
-    }
-    let _stopping = pool.threads.started(Some(pool.id), index, &pool.allowed);
-    WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(pool)));
-    COMPLETIONS.with(|c| c.borrow_mut().set_deferring(true));
-    let mut cpu_clock = thread_cpu_ns();
-    if let Some(slot) = lock(&pool.state).slots[index].as_mut() {
-        slot.thread = Some(thread::current());
-    }
-    // Whether the worker polled the worklist since it last ran an item.
-    let mut spun = false;
-    loop {
-        if let Some(entry) = BATCH.with(|b| b.borrow_mut().pop_front()) {
-            run_entry(pool, entry, Some(mine));
-            spun = false;
-            continue;
-        }
-        // The batch is done: account its items before taking more or going idle.
-        context::settle_completions();
-        if take_batch(pool, mine) {
-            continue;
-        }
-        if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
-            spun = true;
-            spin(&pool.counts, &pool.worklist, budget);
-            continue; // the worklist is checked again
-        }
-        let mut st = lock(&pool.state);
-        if st.shutdown {
-            // Shutdown with an empty worklist (the last handle is gone, so no pwq can
-            // queue).
-            st.slots[index] = None;
-            st.nr_workers -= 1;
-            pool.counts.workers.store(st.nr_workers, SeqCst);
-            pool.counts.running.fetch_sub(1, SeqCst);
-            break;
-        }
-        if !st.go_idle(&pool.counts, &pool.worklist, index, pool.worker_cpu()) {
-            continue; // an item arrived meanwhile
-        }
-        drop(st);
-        let now = thread_cpu_ns();
-        pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
-        cpu_clock = now;
-        match idle(pool, index) {
-            Some(repatriate) => {
-                if repatriate {
-                    // Narrow to the pod so the scheduler moves us there, then widen
-                    // again: the kernel's wake_cpu nudge, paid by the woken worker.
-                    let _ = cpu::set_affinity(&pool.pod_real);
-                    let _ = cpu::set_affinity(&pool.allowed);
-                }
-            }
-            None => break,
-        }
-    }
-    let now = thread_cpu_ns();
-    pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
-    COMPLETIONS.with(|c| c.borrow_mut().set_deferring(false));
-    WORKER_POOL.with(|p| *p.borrow_mut() = None);
-}
-
-/// Takes this worker's share of the worklist into its batch (`policy::batch_take`) and,
-/// if items are left, kicks the pool so wake-ups chain as in the kernel. Returns whether
-/// it took any.
-fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
-    let took = BATCH.with(|b| {
-        pool.worklist.take_batch(
-            |waiting| policy::batch_take(waiting, pool.concurrency),
-            &mut b.borrow_mut(),
-            &pool.stats.dequeue_lock.owned(mine.dequeue_acquisition()),
-        )
-    });
-    if took == 0 {
-        return false;
-    }
-    if pool.worklist.len() > 0 {
-        pool.kick();
-    }
-    true
-}
-
-/// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
-/// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]), and stops
-/// counting as spinning. Queuers skip the wake-up for items a spinner will take
-/// (`policy::kick`), so the caller must look at the worklist again before going idle.
-fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration) {
-    counts.spinning.fetch_add(1, SeqCst);
-    poll_worklist(worklist, budget);
-    // Decrement, fence, then the caller's look at the worklist: pairs with a queuer's
-    // push, fence, then its load of `spinning`.
-    counts.spinning.fetch_sub(1, SeqCst);
-    fence(SeqCst);
-}
-
-/// Polls the worklist until it holds an item or `budget` passes: a few pause loops,
-/// then yields, so a producer on the same CPU gets to run.
-#[cfg(not(loom))]
-fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration) {
-    const PAUSES: u32 = 64;
-    let deadline = Instant::now() + budget;
-    let mut rounds = 0u32;
-    while worklist.len() == 0 {
-        if rounds < PAUSES {
-            std::hint::spin_loop();
-            rounds += 1;
-        } else if Instant::now() < deadline {
-            std::thread::yield_now();
-        } else {
-            return;
-        }
-    }
-}
-
-/// The loom stand-in: one look and a yield (loom has no clock; any bound will do,
-/// since the caller looks again).
-#[cfg(loom)]
-fn poll_worklist<T>(worklist: &Worklist<T>, _budget: Duration) {
-    if worklist.len() == 0 {
-        loom::thread::yield_now();
-    }
-}
-
-/// Sleeps on the idle list until woken (returns whether to repatriate) or until reaped
-/// or shut down (returns `None`; the worker has left the pool).
-fn idle(pool: &PoolCore, index: usize) -> Option<bool> {
-    loop {
-        let (mut st, woken) = sleep_once(&pool.state, index, pool.idle_timeout);
-        let slot = st.slots[index].as_ref().expect("a worker's own slot");
-        if woken {
-            return Some(slot.repatriate);
-        }
-        let idle = policy::IdleWorkers {
-            idle: st.idle.len(),
-            workers: st.nr_workers,
-            oldest_idle_for: slot.idle_since.elapsed(),
-        };
-        let position = st.idle.iter().position(|&i| i == index);
-        let reap = position.is_some() && policy::reap(idle, pool.idle_timeout) == position;
-        if st.shutdown || reap {
-            st.idle.retain(|&i| i != index);
-            pool.counts.idle.store(st.idle.len(), SeqCst);
-            st.slots[index] = None;
-            st.nr_workers -= 1;
-            pool.counts.workers.store(st.nr_workers, SeqCst);
-            if reap {
-                pool.stats.workers_reaped.inc();
-            }
-            drop(st);
-            if reap {
-                // Nobody will join a reaped worker: detach it.
-                let me = std::thread::current().id();
-                lock_std(&pool.joins).retain(|h| h.thread().id() != me);
-            }
-            return None;
-        }
-    }
-}
-
-/// Runs one entry taken off a worklist by a worker of `pool` (`mine`: its counters; `None`
-/// for a rescuer).
-fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&WorkerCounters>) {
-    let Entry { task, meta } = entry;
-    let (work, mut seq) = match task {
-        Task::Once(task) => {
-            execute(pool, mine, &meta, 0, || task.run());
-            return context::complete(meta);
-        }
-        Task::Work { work, seq } => (work, seq),
-    };
-    let mut meta = meta;
-    loop {
-        match work.state.start(seq) {
-            Start::Stale => return discard(meta),
-            Start::Run => break,
-            Start::Busy => {
-                let entry = Entry {
-                    task: Task::Work {
-                        work: Arc::clone(&work),
-                        seq,
-                    },
-                    meta,
-                };
-                // What comes back (this entry, or one it displaced from the slot,
-                // possibly of another instance and pwq) is taken through `start` again.
-                let Some(back) = work.state.hand_off(entry) else {
-                    return;
-                };
-                let Task::Work { seq: back_seq, .. } = back.task else {
-                    unreachable!("only work entries are handed off")
-                };
-                seq = back_seq;
-                meta = back.meta;
-            }
-        }
-    }
-    let addr = Arc::as_ptr(&work) as usize;
-    loop {
-        execute(pool, mine, &meta, addr, || work.run());
-        context::complete(meta);
-        loop {
-            let Some(next) = work.state.finish() else {
-                return;
-            };
-            let Entry {
-                task,
-                meta: next_meta,
-            } = next;
-            let Task::Work { seq: next_seq, .. } = task else {
-                unreachable!("only work entries are handed off")
-            };
-            if work.state.restart(next_seq) {
-                meta = next_meta;
-                break;
-            }
-            discard(next_meta);
-        }
-    }
-}
-
-/// Drops an entry whose instance was cancelled or superseded.
-fn discard(meta: EntryMeta) {
-    meta.pwq.pool.core.stats.items.cancelled.inc();
-    meta.pwq.wq.counters.cancelled.inc();
-    context::complete(meta);
-}
-
-/// Runs `f` for an entry on the calling worker of `pool`, with its accounting: into
-/// `mine` when the entry belongs to `pool` (a handed-off item may belong to another).
-fn execute(
-    pool: &PoolCore,
-    mine: Option<&WorkerCounters>,
-    meta: &EntryMeta,
-    work_addr: usize,
-    f: impl FnOnce() -> Option<String>,
-) {
-    let owner = &meta.pwq.pool.core;
-    let record = match mine {
-        Some(w) if std::ptr::eq(Arc::as_ptr(owner), pool) => Recorder::Worker(w),
-        _ => Recorder::Shared(&owner.stats),
-    };
-    let wq = &meta.pwq.wq;
-    let cpu = pool.worker_cpu();
-    cpu::set_thread_cpu(Some(cpu));
-    record.started();
-    wq.counters.started.inc();
-    // Two clock reads per measured item (`stats/sample.rs`): the start (also the
-    // end of the queue-to-start wait) and the end; none for the others.
-    #[cfg(feature = "stats")]
-    let start = {
-        record.locality(policy::locality(
-            &owner.topology,
-            meta.queued_cpu as usize,
-            cpu,
-        ));
-        meta.queued_at.map(|queued| {
-            let start = Instant::now();
-            record.queue_to_start(queued.ns_until(start));
-            start
-        })
-    };
-    context::set_running(wq.id, work_addr);
-    let running = crate::current::Running::new(wq, pool.id);
-    let panicked = f();
-    drop(running);
-    #[cfg(feature = "stats")]
-    if let Some(start) = start {
-        record.run_time(crate::stats::elapsed_ns(start));
-    }
-    context::set_running(0, 0);
-    record.completed();
-    wq.counters.completed.inc();
-    if let Some(message) = panicked {
-        owner.stats.items.panicked.inc();
-        wq.counters.panicked.inc();
-        wq.report_panic(&message);
-    }
-}
-
-/// CPU time of the calling thread (0 if unavailable).
-fn thread_cpu_ns() -> u64 {
-    #[cfg(feature = "stats")]
-    {
-        let mut ts = libc::timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        // SAFETY: `ts` is a valid, writable timespec.
-        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
-        if rc == 0 {
-            return u64::try_from(ts.tv_sec).unwrap_or(0) * 1_000_000_000
-                + u64::try_from(ts.tv_nsec).unwrap_or(0);
-        }
-    }
-    0
-}
-
 /// Loom model of the sleep/wake protocol on the real `Worklist`, `spin`,
 /// `PoolState::go_idle`, `PoolState::wake_at`, `sleep_once`, `Counts::load` and
 /// `policy::kick`: `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
 #[cfg(all(test, loom))]
 mod loom_tests {
+    use super::worker::{sleep_once, spin};
     use super::*;
     use worklist::Plain;
 
@@ -800,7 +481,7 @@ mod loom_tests {
     /// lock, and only then lock and wake the newest idle worker.
     fn queue(state: &Mutex<PoolState>, counts: &Counts, list: &Worklist<u32>, item: u32) {
         list.push(item, &Plain);
-        fence(SeqCst);
+        seqcst_pair_fence();
         if policy::kick(counts.load(list.len(), 1)) == Kick::Nothing {
             return;
         }

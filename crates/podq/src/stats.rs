@@ -8,7 +8,9 @@
 //! snapshots, and never decide control flow, so they pair with nothing. AW atomic,
 //! written by one worker only (a load and a store, no locked instruction) and read by
 //! snapshots. AL atomic, written (a load and a store) only while holding the lock it
-//! counts, read by snapshots: `LockCounters`. R guarded by `PoolCounters::workers` (a
+//! counts, read by snapshots: `LockCounters`. AS atomic, written (a load and a store) only
+//! by the thread holding the lease on that shard of a `ShardedCounter`, read by
+//! snapshots. R guarded by `PoolCounters::workers` (a
 //! std mutex). A snapshot taken while items run is not a consistent cut (e.g.
 //! `started` may exceed `queued` read a moment earlier); readers derive rates from
 //! successive snapshots.

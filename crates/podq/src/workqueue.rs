@@ -59,13 +59,17 @@ use crate::join::{self, JoinHandle};
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Mutex};
 
+use crate::entry::{Entry, EntryMeta, Task};
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
 use crate::sync::lock_std as lock;
-use crate::work::{Entry, EntryMeta, Task, Work, WorkInner};
+use crate::work::{Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
@@ -215,7 +219,7 @@ pub(crate) struct Pwq {
     /// retry); see `flush.rs`.
     in_flight: InFlight,
     /// A: new items must take the pwq lock: it has inactive items, is plugged or is
-    /// on its node's pending list. Stored (`SeqCst`) under the pwq lock whenever one of
+    /// on its node's pending list. Stored (`SeqCst`) under the pwq lock when one of
     /// those changes; a queuer that loads it clear skips the lock and only tries a
     /// node slot — it cannot overtake an item whose queue call returned before its own
     /// began, since that item's store of the gate happened before the load.
@@ -639,11 +643,19 @@ impl WqShared {
         // The table lock ends before any kick: waking or starting a worker may call
         // an error hook (thread creation failed), which may change this workqueue.
         let mut join_pending = false;
-        let kick = if !pwq.gate.load(SeqCst) && node.try_inc() {
+        // A failed take may have overshot for a moment (`NodeActive::try_inc`): an undo
+        // that is a release, so it calls for an activation pass too.
+        let missed = Cell::new(false);
+        let take_slot = || {
+            let took = node.try_inc();
+            missed.set(missed.get() || !took);
+            took
+        };
+        let kick = if !pwq.gate.load(SeqCst) && take_slot() {
             pool.push(entry)
         } else {
             let mut st = lock(&pwq.state);
-            let admit = policy::admit(st.queue(), || node.try_inc());
+            let admit = policy::admit(st.queue(), take_slot);
             match admit.admission {
                 Admission::Activate => {
                     drop(st);
@@ -667,9 +679,9 @@ impl WqShared {
         if let Some(pool) = kick {
             pool.wake_or_start();
         }
-        if join_pending {
+        if join_pending || missed.get() {
             // A slot may have been freed between our failed try and joining the
-            // pending list; its releaser may not have seen us.
+            // pending list (its releaser may not have seen us), or by our own undo.
             self.activate(node);
         }
         Ok(())
@@ -863,7 +875,11 @@ impl Pwq {
     /// Stores the gate from the state (call under the pwq lock after changing it).
     fn set_gate(&self, st: &PwqState) {
         let gate = !st.inactive.is_empty() || st.plugged || st.on_pending;
-        self.gate.store(gate, SeqCst);
+        // Written only under the pwq lock, which the caller holds: an unchanged value
+        // needs no store (in a flood every queue call lands here with the gate shut).
+        if self.gate.load(Relaxed) != gate {
+            self.gate.store(gate, SeqCst);
+        }
     }
 
     /// Counts a new item in flight in the current flush colour; `None` if the pwq has

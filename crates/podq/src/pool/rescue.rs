@@ -56,9 +56,10 @@ use podq_topology::CpuSet;
 use crate::sync::lock as lock_pool;
 use crate::Error;
 
+use super::worker::run_entry;
 use super::worklist::Worklist;
-use super::{run_entry, PoolCore, PoolState};
-use crate::work::Entry;
+use super::{PoolCore, PoolState};
+use crate::entry::Entry;
 
 /// A pool whose worker creation failed.
 struct Blocked {

@@ -32,10 +32,11 @@ impl Counter {
         let _ = n;
     }
 
-    /// Adds `n` with a load and a store (no locked instruction): only while holding the
-    /// mutex this counter counts, which orders its writers.
+    /// Adds `n` with a load and a store (no locked instruction): only where one writer
+    /// at a time is guaranteed (the mutex this counter counts is held, or the shard's
+    /// lease), which orders its writers.
     #[inline]
-    fn add_locked(&self, n: u64) {
+    fn add_exclusive(&self, n: u64) {
         #[cfg(feature = "stats")]
         self.0.store(self.0.load(Relaxed) + n, Relaxed);
         #[cfg(not(feature = "stats"))]
@@ -147,17 +148,25 @@ fn locality_index(place: Place) -> usize {
     }
 }
 
-/// Shards of a [`ShardedCounter`].
+/// Shards of a [`ShardedCounter`], and leases on them.
 const SHARDS: usize = 8;
 
-/// One shard, alone on its cache line.
+/// One shard, alone on its cache line: the lessee's part and everyone else's.
 #[derive(Default, Debug)]
 #[repr(align(64))]
-struct Shard(Counter);
+struct Shard {
+    /// AS: written by the thread holding this shard's lease only.
+    leased: Counter,
+    /// A: threads without a lease whose shard this is (locked adds).
+    shared: Counter,
+}
 
-/// A monotonic counter that queuers and workers of many CPUs bump: each thread adds
-/// into one of [`SHARDS`] cache lines (chosen once per thread, round-robin), so
-/// threads rarely write the same line; reading sums the shards (A, relaxed).
+/// A monotonic counter that queuers and workers of many CPUs bump. A thread holding
+/// one of the [`SHARDS`] leases (taken at its first count, given back when it exits)
+/// adds into its shard's `leased` part with a load and a store: no locked instruction,
+/// on a line no other thread writes. Threads beyond the leases add into the `shared`
+/// part of a shard chosen per thread (a locked add). Reading sums both parts of every
+/// shard.
 #[derive(Default, Debug)]
 pub(crate) struct ShardedCounter([Shard; SHARDS]);
 
@@ -171,23 +180,70 @@ impl ShardedCounter {
     /// Adds `n`.
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        self.0[shard_index()].0.add(n);
+        match shard() {
+            Slot::Leased(i) => self.0[i].leased.add_exclusive(n),
+            Slot::Shared(i) => self.0[i].shared.add(n),
+        }
     }
 
     pub(crate) fn get(&self) -> u64 {
-        self.0.iter().map(|s| s.0.get()).sum()
+        self.0.iter().map(|s| s.leased.get() + s.shared.get()).sum()
     }
 }
 
-/// The calling thread's shard (W once chosen; the chooser is a relaxed ID counter).
-#[inline]
-fn shard_index() -> usize {
-    use std::sync::atomic::AtomicUsize;
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static MINE: usize = NEXT.fetch_add(1, Relaxed) % SHARDS;
+/// Where the calling thread's counts go.
+#[derive(Clone, Copy)]
+enum Slot {
+    /// Its own shard's `leased` part.
+    Leased(usize),
+    /// A shard's `shared` part.
+    Shared(usize),
+}
+
+/// A: the leased shards, one bit each. A lease is taken with an `Acquire` CAS that
+/// pairs with the previous holder's `Release` clearing of the bit when its thread
+/// exited, so the new holder's loads see the old holder's last stores into every
+/// `leased` part and its load-and-store adds lose nothing.
+static LEASES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+
+/// The calling thread's lease (W), given back when the thread exits.
+struct Lease(Slot);
+
+impl Lease {
+    fn take() -> Lease {
+        use std::sync::atomic::Ordering::Acquire;
+        let all = (1u32 << SHARDS) - 1;
+        let mut taken = LEASES.load(Relaxed);
+        while taken & all != all {
+            let i = (!taken & all).trailing_zeros();
+            match LEASES.compare_exchange_weak(taken, taken | 1 << i, Acquire, Relaxed) {
+                Ok(_) => return Lease(Slot::Leased(i as usize)),
+                Err(now) => taken = now,
+            }
+        }
+        // All leased: share a shard, chosen round-robin (a relaxed ID counter).
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        Lease(Slot::Shared(NEXT.fetch_add(1, Relaxed) % SHARDS))
     }
-    MINE.with(|m| *m)
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        if let Slot::Leased(i) = self.0 {
+            // Pairs with the next holder's `Acquire` (see `LEASES`).
+            LEASES.fetch_and(!(1 << i), std::sync::atomic::Ordering::Release);
+        }
+    }
+}
+
+/// The calling thread's slot; a thread whose lease is already gone (counting from
+/// another thread-local's destructor) shares shard 0.
+#[inline]
+fn shard() -> Slot {
+    thread_local! {
+        static MINE: Lease = Lease::take();
+    }
+    MINE.try_with(|m| m.0).unwrap_or(Slot::Shared(0))
 }
 
 /// Item counters, kept per pool and per workqueue.
@@ -231,7 +287,7 @@ impl crate::pool::Acquire for LockCounters {
     #[inline]
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
         let guard = self.lock_uncounted(mutex);
-        self.acquisitions.add_locked(1);
+        self.acquisitions.add_exclusive(1);
         guard
     }
 }
@@ -269,8 +325,8 @@ impl LockCounters {
             }
             let start = Instant::now();
             let guard = crate::sync::lock(mutex);
-            self.contended.add_locked(1);
-            self.wait_ns.add_locked(elapsed_ns(start));
+            self.contended.add_exclusive(1);
+            self.wait_ns.add_exclusive(elapsed_ns(start));
             guard
         }
         #[cfg(not(feature = "stats"))]
@@ -331,5 +387,36 @@ impl PoolCounters {
         }
         self.queue_to_start.absorb(&mine.queue_to_start);
         self.run_time.absorb(&mine.run_time);
+    }
+}
+
+#[cfg(all(test, feature = "stats"))]
+mod tests {
+    use super::*;
+
+    /// More threads than leases, in waves so that leases are given back and taken
+    /// again: every add is counted once, whether it went to a leased or a shared part.
+    #[test]
+    fn a_sharded_counter_loses_no_add_across_leases_and_exits() {
+        let counter = Arc::new(ShardedCounter::default());
+        for wave in 0..3u64 {
+            let threads: Vec<_> = (0..2 * SHARDS as u64)
+                .map(|t| {
+                    let counter = Arc::clone(&counter);
+                    std::thread::spawn(move || {
+                        for _ in 0..1000 + t {
+                            counter.inc();
+                        }
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            let per_wave: u64 = (0..2 * SHARDS as u64).map(|t| 1000 + t).sum();
+            assert_eq!(counter.get(), (wave + 1) * per_wave);
+        }
+        let leased: u64 = counter.0.iter().map(|s| s.leased.get()).sum();
+        assert!(leased > 0, "some adds went through a lease");
     }
 }

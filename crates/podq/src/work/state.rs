@@ -474,7 +474,7 @@ mod loom_tests {
     use loom::sync::atomic::AtomicBool;
     use loom::sync::Arc;
 
-    /// A worker's handling of one instance taken off a worklist, as `pool::run_entry`:
+    /// A worker's handling of one instance taken off a worklist, as `pool::worker::run_entry`:
     /// start it, hand it off if busy, run it and whatever is handed to it.
     fn process(s: &WorkState<u32>, seq: u32, running: &AtomicBool, runs: &AtomicU32) {
         let mut seq = seq;

@@ -15,9 +15,9 @@ use std::sync::Arc;
 use podq_topology::CpuSet;
 
 use super::{lock, read, WqShared};
+use crate::entry::Task;
 use crate::join::{self, JoinHandle, Panicked};
 use crate::pool;
-use crate::work::Task;
 use crate::{Error, Workqueue};
 
 /// One pod's run of a [`Workqueue::broadcast`].

@@ -139,7 +139,7 @@ mod tests {
                 };
                 let (handle, task) = crate::join::pair(work);
                 wq.shared()
-                    .enqueue_any(crate::work::Task::Once(task), Some(4), false)
+                    .enqueue_any(crate::entry::Task::Once(task), Some(4), false)
                     .map_err(|_| "refused")
                     .unwrap();
                 handle

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use crate::policy;
-use crate::sync::{fence, lock, AtomicUsize, Mutex, Ordering::SeqCst};
+use crate::sync::{lock, seqcst_pair_fence, AtomicUsize, Mutex, Ordering::SeqCst};
 
 /// One node's active-item slots. `P` is what waits on the pending list: a pwq in the
 /// runtime, a plain value in the loom model.
@@ -17,15 +17,16 @@ pub(crate) struct NodeActive<P> {
     /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
     /// that follows the store).
     max: AtomicUsize,
-    /// A: active items (`SeqCst` CAS; see `nr_pending` for its pair).
+    /// A: slots taken: active items, plus for a moment a `try_inc` that overshot and is
+    /// about to undo (`SeqCst` read-modify-writes; see `nr_pending` for its pair).
     nr: AtomicUsize,
     /// N: pwqs with inactive items waiting for a slot, served round-robin.
     pending: Mutex<VecDeque<P>>,
     /// A: `pending.len()`, stored under the `pending` lock, so that a completion skips
-    /// that lock when nobody waits. A joiner's store, then a `SeqCst` fence, then its
-    /// load of `nr` in `try_inc`, pairs with a completion's decrement of `nr`, then a
-    /// `SeqCst` fence, then its load of this (both fences are in `take_pending`): one of
-    /// the two sees the other, so a freed slot is never left unused.
+    /// that lock when nobody waits. A joiner's `SeqCst` store, then its `SeqCst` load
+    /// of `nr` in `take_pending`, pairs with a completion's decrement of `nr`, then its
+    /// `SeqCst` load of this (both in `take_pending`, with `seqcst_pair_fence` between
+    /// for loom): one of the two sees the other, so a freed slot is never left unused.
     nr_pending: AtomicUsize,
 }
 
@@ -60,9 +61,17 @@ impl<P> NodeActive<P> {
         policy::free_slots(self.nr.load(SeqCst), self.max.load(SeqCst)) == 0
     }
 
-    /// Takes a slot if one is free (`policy::may_activate`).
+    /// Takes a slot if one is free (`policy::may_activate`): one locked add, and an
+    /// undo if that overshot the limit. The overshoot may make a concurrent
+    /// `take_pending` find no free slot, so after a false return the caller must run
+    /// its activation loop, as after `release`: the undo is a release.
     pub(crate) fn try_inc(&self) -> bool {
-        self.try_take(1) == 1
+        let before = self.nr.fetch_add(1, SeqCst);
+        if policy::free_slots(before, self.max.load(SeqCst)) > 0 {
+            return true;
+        }
+        self.release(1);
+        false
     }
 
     /// Takes up to `want` free slots (`policy::free_slots`); returns how many.
@@ -100,7 +109,7 @@ impl<P> NodeActive<P> {
     pub(crate) fn take_pending(&self, want: usize) -> Option<(P, usize)> {
         // Between the caller's write (`release` or `push_pending`) and this read: see
         // `nr_pending`.
-        fence(SeqCst);
+        seqcst_pair_fence();
         if self.nr_pending.load(SeqCst) == 0 {
             return None;
         }
@@ -138,8 +147,7 @@ mod loom_tests {
             let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
                 while let Some((p, slots)) = node.take_pending(4) {
                     assert_eq!((p, slots), (7, 1));
-                    assert!(node.nr.load(SeqCst) <= 1, "over max_active");
-                    activated.fetch_add(1, SeqCst);
+                    assert_eq!(activated.fetch_add(1, SeqCst), 0, "over max_active");
                 }
             };
             let completer = {
@@ -159,6 +167,55 @@ mod loom_tests {
             assert_eq!(activated.load(SeqCst), 1);
             assert_eq!(node.nr.load(SeqCst), 1);
             assert_eq!(node.nr_pending.load(SeqCst), 0);
+        });
+    }
+
+    /// max_active 1, one item active: a queuer whose `try_inc` overshoots (and so
+    /// makes the others' takes fail for a moment) races with the completion and with a
+    /// second queuer that joins the pending list. Every side runs the activation loop
+    /// after its failed take or release; in every interleaving the slot ends up used
+    /// exactly once (by either queuer or the waiter), never left free.
+    #[test]
+    fn loom_an_overshooting_take_leaves_no_waiter_behind() {
+        loom::model(|| {
+            let node = Arc::new(NodeActive::<u32>::new());
+            assert!(node.try_inc(), "the running item's slot");
+            let activated = Arc::new(AtomicUsize::new(0));
+            let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
+                while let Some((p, slots)) = node.take_pending(4) {
+                    assert_eq!((p, slots), (7, 1));
+                    activated.fetch_add(1, SeqCst);
+                }
+            };
+            let completer = {
+                let (node, activated) = (node.clone(), activated.clone());
+                loom::thread::spawn(move || {
+                    node.release(1);
+                    activate_all(&node, &activated);
+                })
+            };
+            let overshooter = {
+                let (node, activated) = (node.clone(), activated.clone());
+                loom::thread::spawn(move || {
+                    let took = node.try_inc();
+                    if !took {
+                        activate_all(&node, &activated);
+                    }
+                    took
+                })
+            };
+            if !node.try_inc() {
+                node.push_pending(7);
+                activate_all(&node, &activated);
+            } else {
+                activated.fetch_add(1, SeqCst);
+            }
+            completer.join().unwrap();
+            let took = overshooter.join().unwrap();
+            let used = activated.load(SeqCst) + usize::from(took);
+            assert_eq!(used, 1, "one slot, used exactly once");
+            // The waiter may still wait, but only behind the overshooter's item.
+            assert_eq!(node.nr.load(SeqCst), 1, "a slot left free");
         });
     }
 }
