@@ -122,6 +122,39 @@ fn print_cost_lists_every_parameter_with_its_source() {
 }
 
 #[test]
+fn sensitivity_names_the_parameters_it_cannot_move() {
+    let out = podq(&[
+        "sim",
+        "queue",
+        "--machine",
+        "xeon-12c",
+        "--scopes",
+        "cache",
+        "--strict",
+        "off",
+        "--producers",
+        "2",
+        "--duration",
+        "200us",
+        "--warmup",
+        "0ms",
+        "--sensitivity",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Both are 0 on a single-socket profile.
+    assert!(
+        text.contains(
+            "not swept, 0 here (set them with --cost to try): remote_home, lock_spinner_factor"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("queue cache: base"), "{text}");
+    assert!(text.contains("(seed +1, +2: noise)"), "{text}");
+}
+
+#[test]
 fn cost_files_override_and_bad_ones_are_named() {
     let dir = tempfile::tempdir().unwrap();
     let file = |name: &str, text: &str| {
