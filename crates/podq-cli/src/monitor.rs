@@ -580,9 +580,9 @@ mod tests {
         let mut p = PoolStats::default();
         p.id = 1;
         p.pod_cpus = "0-1".into();
-        p.started = started;
-        p.completed = completed;
-        p.repatriated = 3;
+        p.totals.started = started;
+        p.totals.completed = completed;
+        p.totals.repatriated = 3;
         p.enqueue_lock.acquisitions = 100;
         p.enqueue_lock.contended = 10;
         p.dequeue_lock.acquisitions = 100;

@@ -81,9 +81,9 @@ impl ControlTarget for Target {
     #[allow(clippy::field_reassign_with_default)]
     fn stats(&self, queue: Option<&str>) -> Result<Vec<WorkqueueStats>, ControlError> {
         let mut pool = podq::stats::PoolStats::default();
-        pool.started = 40;
-        pool.completed = 38;
-        pool.repatriated = 1;
+        pool.totals.started = 40;
+        pool.totals.completed = 38;
+        pool.totals.repatriated = 1;
         pool.cpu_time_ns = 2_000_000;
         pool.enqueue_lock.acquisitions = 40;
         pool.enqueue_lock.contended = 4;

@@ -209,8 +209,8 @@ impl<'t> Sim<'t> {
                 let (node, siblings, llc, node_cpus) = match topo.get(c) {
                     Some(f) if topo.usable().contains(c) => (
                         f.node,
-                        rotate(&f.smt, c),
-                        rotate(&f.llc, c),
+                        rotate(f.smt, c),
+                        rotate(f.llc, c),
                         rotate(&topo.node_cpus(f.node), c),
                     ),
                     _ => (0, Vec::new(), Vec::new(), Vec::new()),

@@ -52,4 +52,4 @@ pub use pods::PodLayout;
 pub use report::PodsReport;
 pub use scope::{Scope, DEFAULT_SCOPE_ENV};
 pub use synthetic::{Numbering, Shape, MAX_SYNTHETIC_CPUS};
-pub use topology::{CpuFacts, Topology, DEFAULT_SHARD_SIZE};
+pub use topology::{CpuFacts, CpuFactsRef, Topology, DEFAULT_SHARD_SIZE};

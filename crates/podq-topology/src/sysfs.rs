@@ -1,7 +1,8 @@
 //! Reading a topology from a sysfs tree (`sys/devices/system/{cpu,node}`); the rules
 //! are documented on [`Topology::from_sysfs`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
+use std::rc::Rc;
 
 use crate::error::quote;
 use crate::source::Source;
@@ -21,18 +22,22 @@ enum Form {
 struct Reader<'a> {
     src: &'a dyn Source,
     warnings: Vec<String>,
+    /// Every distinct set read for a CPU's group (SMT, LLC, package), kept once: CPUs
+    /// mostly list the same groups, and one set per CPU would take n² bits (at the CPU
+    /// limit with machine-wide lists, 8 KiB per CPU and group).
+    shared: HashSet<Rc<CpuSet>>,
 }
 
 /// What was read about one CPU before the groups that need all CPUs are settled.
 struct Raw {
-    smt: CpuSet,
+    smt: Rc<CpuSet>,
     /// `None`: no cache information; the LLC falls back to package ∩ node.
-    llc: Option<CpuSet>,
+    llc: Option<Rc<CpuSet>>,
 }
 
 #[derive(Clone, Debug)]
 enum Package {
-    Set(CpuSet),
+    Set(Rc<CpuSet>),
     Id(i64),
     Unknown,
 }
@@ -41,11 +46,22 @@ pub(crate) fn read(src: &dyn Source) -> Result<Topology, Error> {
     Reader {
         src,
         warnings: Vec::new(),
+        shared: HashSet::new(),
     }
     .topology()
 }
 
 impl Reader<'_> {
+    /// The kept copy of `set` (kept now if it is the first).
+    fn share(&mut self, set: CpuSet) -> Rc<CpuSet> {
+        if let Some(kept) = self.shared.get(&set) {
+            return Rc::clone(kept);
+        }
+        let kept = Rc::new(set);
+        self.shared.insert(Rc::clone(&kept));
+        kept
+    }
+
     fn text(&self, rel: &str) -> Result<Option<String>, Error> {
         let Some(bytes) = self.src.read(rel)? else {
             return Ok(None);
@@ -167,20 +183,21 @@ impl Reader<'_> {
                     .insert(cpu);
             }
         }
-        let facts: Vec<(usize, CpuFacts)> = raw
-            .into_iter()
-            .map(|(cpu, r)| {
-                let (node, package) = (nodes[&cpu], packages[&cpu]);
-                let llc = r.llc.unwrap_or_else(|| fallback[&(node, package)].clone());
-                let facts = CpuFacts {
-                    smt: r.smt,
-                    llc,
-                    node,
-                    package,
-                };
-                (cpu, facts)
-            })
-            .collect();
+        drop(self.shared);
+        // One CPU's sets at a time: `from_parts` keeps each distinct set once too.
+        let facts = raw.into_iter().map(|(cpu, r)| {
+            let (node, package) = (nodes[&cpu], packages[&cpu]);
+            let llc = r
+                .llc
+                .map_or_else(|| fallback[&(node, package)].clone(), Rc::unwrap_or_clone);
+            let facts = CpuFacts {
+                smt: Rc::unwrap_or_clone(r.smt),
+                llc,
+                node,
+                package,
+            };
+            (cpu, facts)
+        });
         let mut topo = Topology::from_parts(possible, usable, facts)?;
         for w in self.warnings {
             topo = topo.with_warning(w);
@@ -248,14 +265,20 @@ impl Reader<'_> {
             ],
         )?;
         let package = match package_set {
-            Some(set) => Package::Set(set),
+            Some(set) => Package::Set(self.share(set)),
             None => match self.number(&format!("{topo_dir}/physical_package_id"))? {
                 Some(id) => Package::Id(id),
                 None => Package::Unknown,
             },
         };
-        let llc = self.llc(cpu, &smt)?;
-        Ok((Raw { smt, llc }, package))
+        let llc = self.llc(cpu, &smt)?.map(|set| self.share(set));
+        Ok((
+            Raw {
+                smt: self.share(smt),
+                llc,
+            },
+            package,
+        ))
     }
 
     fn llc(&mut self, cpu: usize, smt: &CpuSet) -> Result<Option<CpuSet>, Error> {
@@ -452,8 +475,8 @@ mod tests {
         // 0,1: one set; 2: id 7; 3: in 0's set too late (0's set has no 3) but id 7;
         // 4: unknown; 5: unknown; 6: claimed by 1's set.
         let package_of: BTreeMap<usize, Package> = [
-            (0, Package::Set([0, 1].into_iter().collect())),
-            (1, Package::Set([1, 6].into_iter().collect())),
+            (0, Package::Set(Rc::new([0, 1].into_iter().collect()))),
+            (1, Package::Set(Rc::new([1, 6].into_iter().collect()))),
             (2, Package::Id(7)),
             (3, Package::Id(7)),
             (4, Package::Unknown),
@@ -473,7 +496,7 @@ mod tests {
             kinds in proptest::collection::vec(
                 prop_oneof![
                     proptest::collection::btree_set(0..24usize, 0..6)
-                        .prop_map(|s| Package::Set(s.into_iter().collect())),
+                        .prop_map(|s| Package::Set(Rc::new(s.into_iter().collect()))),
                     (-1..3i64).prop_map(Package::Id),
                     Just(Package::Unknown),
                 ],

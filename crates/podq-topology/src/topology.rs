@@ -1,5 +1,7 @@
 //! `Topology`: the usable CPUs and, for each, its SMT core, LLC, NUMA node and package.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
 use std::path::Path;
 
 use serde::Serialize;
@@ -12,7 +14,8 @@ use crate::{live, sysfs, CpuSet, Error, Scope};
 /// The shard size (in cores) the kernel uses for `cache_shard` unless told otherwise.
 pub const DEFAULT_SHARD_SIZE: usize = 8;
 
-/// What is known about one CPU. Sets always contain the CPU itself.
+/// What is known about one CPU, as given to [`Topology::from_parts`]. Sets always
+/// contain the CPU itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct CpuFacts {
     /// Hardware threads of the same core, this one included.
@@ -23,6 +26,41 @@ pub struct CpuFacts {
     pub node: usize,
     /// Physical package (socket).
     pub package: usize,
+}
+
+/// What a [`Topology`] knows about one usable CPU: [`CpuFacts`] with its sets borrowed
+/// from the topology, which keeps each distinct set once for all the CPUs in it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct CpuFactsRef<'a> {
+    /// Hardware threads of the same core, this one included.
+    pub smt: &'a CpuSet,
+    /// CPUs sharing the last-level cache, this one included.
+    pub llc: &'a CpuSet,
+    /// NUMA node.
+    pub node: usize,
+    /// Physical package (socket).
+    pub package: usize,
+}
+
+impl CpuFactsRef<'_> {
+    /// The facts as owned values.
+    pub fn to_facts(&self) -> CpuFacts {
+        CpuFacts {
+            smt: self.smt.clone(),
+            llc: self.llc.clone(),
+            node: self.node,
+            package: self.package,
+        }
+    }
+}
+
+/// One usable CPU's facts, its sets as indices into [`Topology::groups`].
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    smt: u32,
+    llc: u32,
+    node: usize,
+    package: usize,
 }
 
 /// A machine as the workqueue code sees it.
@@ -48,14 +86,109 @@ pub struct CpuFacts {
 /// // This machine as this process may use it: `Topology::live()`.
 /// # Ok::<(), podq_topology::Error>(())
 /// ```
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug)]
 pub struct Topology {
     possible: CpuSet,
     usable: CpuSet,
     /// Indexed by CPU number; `Some` exactly for usable CPUs.
-    facts: Vec<Option<CpuFacts>>,
+    slots: Vec<Option<Slot>>,
+    /// The distinct SMT and LLC sets, each kept once: a set per CPU would take n² bits
+    /// (1 GiB at the CPU limit with machine-wide groups).
+    groups: Vec<CpuSet>,
     shard_size: usize,
     warnings: Vec<String>,
+}
+
+/// Serialised as if each CPU held its own facts (`facts`: one entry per CPU number,
+/// `null` for CPUs that are not usable).
+impl Serialize for Topology {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+
+        struct Facts<'a>(&'a Topology);
+        impl Serialize for Facts<'_> {
+            fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+                serializer.collect_seq((0..self.0.slots.len()).map(|cpu| self.0.get(cpu)))
+            }
+        }
+
+        let mut st = serializer.serialize_struct("Topology", 5)?;
+        st.serialize_field("possible", &self.possible)?;
+        st.serialize_field("usable", &self.usable)?;
+        st.serialize_field("facts", &Facts(self))?;
+        st.serialize_field("shard_size", &self.shard_size)?;
+        st.serialize_field("warnings", &self.warnings)?;
+        st.end()
+    }
+}
+
+/// Builds a topology CPU by CPU, keeping each distinct group once.
+struct Builder<'a> {
+    usable: &'a CpuSet,
+    slots: Vec<Option<Slot>>,
+    groups: Vec<CpuSet>,
+    /// Indices into `groups` by the sets' hash (the sets themselves are not copied).
+    by_hash: HashMap<u64, Vec<u32>>,
+    /// Fixed keys: the same input builds the same topology, with no seed read.
+    hasher: BuildHasherDefault<DefaultHasher>,
+    /// The group the previous CPU joined, SMT and LLC: neighbours mostly share them, so
+    /// this is compared before hashing.
+    last: [Option<u32>; 2],
+}
+
+impl<'a> Builder<'a> {
+    fn new(usable: &'a CpuSet) -> Builder<'a> {
+        Builder {
+            usable,
+            slots: vec![None; usable.last().map_or(0, |c| c + 1)],
+            groups: Vec::new(),
+            by_hash: HashMap::new(),
+            hasher: BuildHasherDefault::default(),
+            last: [None; 2],
+        }
+    }
+
+    /// Records `cpu`'s facts, its groups intersected with the usable CPUs and holding
+    /// `cpu`; CPUs that are not usable are ignored.
+    fn add(&mut self, cpu: usize, facts: &CpuFacts) {
+        if !self.usable.contains(cpu) {
+            return;
+        }
+        let smt = self.group(0, cpu, &facts.smt);
+        let llc = self.group(1, cpu, &facts.llc);
+        self.slots[cpu] = Some(Slot {
+            smt,
+            llc,
+            node: facts.node,
+            package: facts.package,
+        });
+    }
+
+    /// The index of `raw ∩ usable ∪ {cpu}` in `groups`, added if new; `kind` picks the
+    /// previous CPU's group to try first.
+    fn group(&mut self, kind: usize, cpu: usize, raw: &CpuSet) -> u32 {
+        let mut set = raw.intersection(self.usable);
+        set.insert(cpu);
+        if let Some(last) = self.last[kind] {
+            if self.groups[last as usize] == set {
+                return last;
+            }
+        }
+        let hash = self.hasher.hash_one(&set);
+        let same = self.by_hash.entry(hash).or_default();
+        let index = match same.iter().find(|&&i| self.groups[i as usize] == set) {
+            Some(&i) => i,
+            None => {
+                // At most two groups per CPU, and CPUs are below `MAX_CPUS`.
+                let i = u32::try_from(self.groups.len()).expect("fewer groups than CPUs × 2");
+                self.groups.push(set);
+                same.push(i);
+                i
+            }
+        };
+        self.last[kind] = Some(index);
+        index
+    }
 }
 
 impl Topology {
@@ -70,19 +203,12 @@ impl Topology {
             return Err(Error::Inconsistent("no usable CPU".to_owned()));
         }
         let possible = possible.union(&usable);
-        let size = usable.last().map_or(0, |c| c + 1);
-        let mut table: Vec<Option<CpuFacts>> = vec![None; size];
-        for (cpu, mut f) in facts {
-            if !usable.contains(cpu) {
-                continue;
-            }
-            f.smt = f.smt.intersection(&usable);
-            f.smt.insert(cpu);
-            f.llc = f.llc.intersection(&usable);
-            f.llc.insert(cpu);
-            table[cpu] = Some(f);
+        let mut builder = Builder::new(&usable);
+        for (cpu, f) in facts {
+            builder.add(cpu, &f);
         }
-        if let Some(missing) = usable.iter().find(|&c| table[c].is_none()) {
+        let Builder { slots, groups, .. } = builder;
+        if let Some(missing) = usable.iter().find(|&c| slots[c].is_none()) {
             return Err(Error::Inconsistent(format!(
                 "no facts for usable CPU {missing}"
             )));
@@ -90,7 +216,8 @@ impl Topology {
         Ok(Topology {
             possible,
             usable,
-            facts: table,
+            slots,
+            groups,
             shard_size: DEFAULT_SHARD_SIZE,
             warnings: Vec::new(),
         })
@@ -142,8 +269,10 @@ impl Topology {
     ///   (the deepest file read), are kept.
     ///
     /// Error messages quote at most the first 64 characters of rejected text. Memory
-    /// grows with the CPUs and their groups: each CPU keeps its SMT and LLC sets, so at
-    /// the CPU limit with machine-wide groups a topology takes about 1 GiB. Doubtful but usable input
+    /// grows with the CPUs and their distinct groups: each distinct SMT, LLC or package
+    /// set is kept once (a bitmap up to its highest CPU), so machine-wide groups at the
+    /// CPU limit cost a few MiB, while 32 Ki two-thread cores numbered x86-style (each
+    /// core's set reaching past CPU 32 Ki) cost about 200 MiB. Doubtful but usable input
     /// (fallbacks, CPUs in several nodes) is reported in [`Topology::warnings`].
     pub fn from_sysfs(root: &Path) -> Result<Topology, Error> {
         let meta = std::fs::metadata(root).map_err(|source| Error::Io {
@@ -236,9 +365,8 @@ impl Topology {
                 self.usable, cpus
             )));
         }
-        let facts: Vec<(usize, CpuFacts)> =
-            usable.iter().map(|c| (c, self.facts(c).clone())).collect();
-        let mut t = Topology::from_parts(self.possible.clone(), usable, facts)?;
+        let facts = usable.iter().map(|c| (c, self.facts(c).to_facts()));
+        let mut t = Topology::from_parts(self.possible.clone(), usable.clone(), facts)?;
         t.shard_size = self.shard_size;
         t.warnings.clone_from(&self.warnings);
         Ok(t)
@@ -268,19 +396,25 @@ impl Topology {
     ///
     /// # Panics
     /// If `cpu` is not usable; use [`Topology::get`] for a checked lookup.
-    pub fn facts(&self, cpu: usize) -> &CpuFacts {
+    pub fn facts(&self, cpu: usize) -> CpuFactsRef<'_> {
         self.get(cpu)
             .unwrap_or_else(|| panic!("CPU {cpu} is not usable in this topology"))
     }
 
     /// Facts of `cpu`, if usable.
-    pub fn get(&self, cpu: usize) -> Option<&CpuFacts> {
-        self.facts.get(cpu).and_then(Option::as_ref)
+    pub fn get(&self, cpu: usize) -> Option<CpuFactsRef<'_>> {
+        let slot = self.slots.get(cpu).copied().flatten()?;
+        Some(CpuFactsRef {
+            smt: &self.groups[slot.smt as usize],
+            llc: &self.groups[slot.llc as usize],
+            node: slot.node,
+            package: slot.package,
+        })
     }
 
     /// NUMA node of a usable CPU.
     pub fn node_of(&self, cpu: usize) -> Option<usize> {
-        self.get(cpu).map(|f| f.node)
+        self.slots.get(cpu).copied().flatten().map(|s| s.node)
     }
 
     /// The nodes that have usable CPUs, ascending.
@@ -303,5 +437,76 @@ impl Topology {
     /// (see [`Scope::resolve`]); passing it is an error.
     pub fn pods(&self, scope: Scope) -> Result<PodLayout, Error> {
         PodLayout::build(self, scope)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts(smt: &[usize], llc: &[usize], node: usize) -> CpuFacts {
+        CpuFacts {
+            smt: smt.iter().copied().collect(),
+            llc: llc.iter().copied().collect(),
+            node,
+            package: 0,
+        }
+    }
+
+    /// CPUs that list the same group share one copy; a CPU missing from its own list,
+    /// or listing unusable CPUs, gets a group of its own.
+    #[test]
+    fn equal_groups_are_kept_once() {
+        let usable: CpuSet = [0, 1, 2, 3, 5].into_iter().collect();
+        let topo = Topology::from_parts(
+            CpuSet::first_n(6),
+            usable,
+            [
+                (0, facts(&[0, 1], &[0, 1, 2, 3], 0)),
+                (1, facts(&[0, 1], &[0, 1, 2, 3], 0)),
+                (2, facts(&[2, 3, 4], &[0, 1, 2, 3], 0)),
+                (3, facts(&[2], &[0, 1, 2, 3, 4], 0)),
+                (4, facts(&[4], &[4], 1)),
+                (5, facts(&[], &[5], 1)),
+            ],
+        )
+        .unwrap();
+        // {0,1}, {0,1,2,3}, {2,3}, {5}: CPU 3's {2} ∪ {3} and CPU 2's {2,3,4} ∩ usable
+        // are the same set, and so are the LLCs of CPUs 0 to 3 once CPU 4 is dropped.
+        assert_eq!(topo.groups.len(), 4);
+        assert_eq!(topo.facts(3).smt.to_list(), "2-3");
+        assert_eq!(topo.facts(2).smt.to_list(), "2-3");
+        assert_eq!(topo.facts(3).llc.to_list(), "0-3");
+        assert_eq!(topo.facts(5).smt.to_list(), "5");
+        assert!(topo.get(4).is_none());
+        assert_eq!(topo.facts(1).to_facts(), facts(&[0, 1], &[0, 1, 2, 3], 0));
+    }
+
+    /// The JSON form has one `facts` entry per CPU number, `null` where not usable, as
+    /// when each CPU held its own sets.
+    #[test]
+    fn serialises_facts_per_cpu() {
+        let usable: CpuSet = [0, 2].into_iter().collect();
+        let topo = Topology::from_parts(
+            usable.clone(),
+            usable,
+            [(0, facts(&[0], &[0, 2], 0)), (2, facts(&[2], &[0, 2], 1))],
+        )
+        .unwrap();
+        let json = serde_json::to_value(&topo).unwrap();
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "possible": [0, 2],
+                "usable": [0, 2],
+                "facts": [
+                    {"smt": [0], "llc": [0, 2], "node": 0, "package": 0},
+                    null,
+                    {"smt": [2], "llc": [0, 2], "node": 1, "package": 0},
+                ],
+                "shard_size": 8,
+                "warnings": [],
+            })
+        );
     }
 }

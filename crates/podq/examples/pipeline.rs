@@ -116,7 +116,7 @@ fn run() -> Result<bool, Box<dyn std::error::Error>> {
         // The last handler signals before its item is counted complete: flush first.
         stage.flush();
         let stats = stage.stats();
-        let ran: u64 = stats.pools.iter().map(|p| p.started).sum();
+        let ran: u64 = stats.pools.iter().map(|p| p.totals.started).sum();
         let same_cpu: u64 = stats.pools.iter().map(|p| p.locality.same_cpu).sum();
         println!(
             "  {:8} {:>8} items on {} pool(s), {:5.1}% on the queueing CPU",

@@ -115,8 +115,8 @@ impl Tally {
     fn of(p: &PoolStats) -> Tally {
         let run = &p.run_time_ns;
         Tally {
-            queued: p.queued,
-            started: p.started,
+            queued: p.totals.queued,
+            started: p.totals.started,
             acquisitions: p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions,
             contended: p.enqueue_lock.contended + p.dequeue_lock.contended,
             wait_ns: p.enqueue_lock.wait_ns + p.dequeue_lock.wait_ns,

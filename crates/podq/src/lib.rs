@@ -86,7 +86,7 @@
 //! | C | a work item's waiters (with its condvar) | `work::state` |
 //! | D | a spawned item's closure, owned by the holder of its queue entry | `join` |
 //! | O | a spawned item's result, written before its `DONE` bit, then the handle's | `join` |
-//! | V | a spawned item's waiter `Spawned::waiter` | `join` |
+//! | V | a spawned item's waiter, under its `WAITER_LOCK` bit | `join` |
 //! | Z | `FlushDomain::serial` (one flusher at a time) | `workqueue::flush` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
 //! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |

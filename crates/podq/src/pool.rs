@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
 use crate::entry::Entry;
 use crate::sync::Ordering::SeqCst;
-use crate::sync::{fence, lock, lock_std, thread, AtomicUsize, Mutex};
+use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, AtomicUsize, Mutex};
 
 mod rescue;
 mod watch;
@@ -115,7 +115,7 @@ impl PoolState {
         // Decrement, fence, then the length: pairs with a queuer's push, fence, then
         // its load of `running` (`PoolCore::kick`).
         counts.running.fetch_sub(1, SeqCst);
-        fence(SeqCst);
+        seqcst_pair_fence();
         if worklist.len() > 0 {
             counts.running.fetch_add(1, SeqCst);
             return false;
@@ -285,7 +285,7 @@ impl PoolCore {
     fn kick_wanted(&self) -> bool {
         // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit
         // (their write, a fence, then the length).
-        fence(SeqCst);
+        seqcst_pair_fence();
         policy::kick(self.load_unlocked()) != Kick::Nothing
     }
 
@@ -483,7 +483,7 @@ mod loom_tests {
     /// lock, and only then lock and wake the newest idle worker.
     fn queue(state: &Mutex<PoolState>, counts: &Counts, list: &Worklist<u32>, item: u32) {
         list.push(item, &Plain);
-        fence(SeqCst);
+        seqcst_pair_fence();
         if policy::kick(counts.load(list.len(), 1)) == Kick::Nothing {
             return;
         }

@@ -13,11 +13,42 @@ pub(crate) use loom::sync::atomic::{
 pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{
-    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
-};
+pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// The fence between the `SeqCst` write and the `SeqCst` read of one side of a Dekker
+/// pair (each side writes its flag, then reads the other's) whose accesses on both
+/// sides are all `SeqCst`. The language puts every `SeqCst` access in one total order,
+/// so such a pair needs no fence: at least one side reads the other's write. Loom
+/// models `SeqCst` accesses as acquire/release only, so under loom this is a `SeqCst`
+/// fence, and the models check the pairing that the total order gives the real build
+/// (where a fence would cost a locked instruction on the queue path).
+#[inline(always)]
+pub(crate) fn seqcst_pair_fence() {
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// One step of a short spin on a flag another thread holds for a few instructions:
+/// pause loops, then yields (the holder may have been preempted). Under loom, a yield.
+#[inline]
+pub(crate) fn spin_wait(spins: &mut u32) {
+    #[cfg(not(loom))]
+    {
+        if *spins < 64 {
+            *spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    #[cfg(loom)]
+    {
+        let _ = spins;
+        loom::thread::yield_now();
+    }
+}
 
 /// A cell whose contents the caller synchronises: std's `UnsafeCell` normally, loom's
 /// (which checks the accesses) under `cfg(loom)`.

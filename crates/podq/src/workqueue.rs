@@ -62,7 +62,10 @@ use crate::join::{self, JoinHandle};
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{
+    AtomicBool, AtomicUsize,
+    Ordering::{Relaxed, SeqCst},
+};
 use std::sync::{Arc, Mutex};
 
 use crate::entry::{Entry, EntryMeta, Task};
@@ -223,9 +226,9 @@ pub(crate) struct Pwq {
     in_flight: InFlight,
     /// A: new items must take the pwq lock: it has inactive items, is plugged, is
     /// frozen or is on its node's pending list. Stored (`SeqCst`) under the pwq lock
-    /// whenever one of those changes; a queuer that loads it clear skips the lock and
-    /// only tries a node slot — it cannot overtake an item whose queue call returned before its own
-    /// began, since that item's store of the gate happened before the load.
+    /// when one of those changes; a queuer that loads it clear skips the lock and only
+    /// tries a node slot — it cannot overtake an item whose queue call returned before
+    /// its own began, since that item's store of the gate happened before the load.
     gate: AtomicBool,
     /// P: the pwq lock.
     state: Mutex<PwqState>,
@@ -887,7 +890,11 @@ impl Pwq {
     /// Stores the gate from the state (call under the pwq lock after changing it).
     fn set_gate(&self, st: &PwqState) {
         let gate = !st.inactive.is_empty() || st.plugged || st.on_pending || st.frozen;
-        self.gate.store(gate, SeqCst);
+        // Written only under the pwq lock, which the caller holds: an unchanged value
+        // needs no store (in a flood every queue call lands here with the gate shut).
+        if self.gate.load(Relaxed) != gate {
+            self.gate.store(gate, SeqCst);
+        }
     }
 
     /// Counts a new item in flight in the current flush colour; `None` if the pwq has

@@ -533,7 +533,7 @@ fn soak_mixed_traffic_counts_every_item() {
             .stats()
             .pools
             .iter()
-            .filter(|p| p.queued != p.started + p.cancelled)
+            .filter(|p| p.totals.queued != p.totals.started + p.totals.cancelled)
             .map(|p| {
                 format!(
                     "pool {} pod {} strict {}: queued {} started {} cancelled {} \
@@ -541,10 +541,10 @@ fn soak_mixed_traffic_counts_every_item() {
                     p.id,
                     p.pod_cpus,
                     p.strict,
-                    p.queued,
-                    p.started,
-                    p.cancelled,
-                    p.max_active_waits,
+                    p.totals.queued,
+                    p.totals.started,
+                    p.totals.cancelled,
+                    p.totals.max_active_waits,
                     p.workers,
                     p.idle
                 )

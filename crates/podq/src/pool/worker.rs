@@ -11,7 +11,7 @@ use crate::entry::{Entry, EntryMeta, Task};
 use crate::policy;
 use crate::stats::{Recorder, WorkerCounters};
 use crate::sync::Ordering::SeqCst;
-use crate::sync::{fence, lock, lock_std, thread, Mutex, MutexGuard};
+use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, Mutex, MutexGuard};
 use crate::trace;
 use crate::work::Start;
 use std::sync::Arc;
@@ -137,7 +137,7 @@ pub(super) fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration)
     // Decrement, fence, then the caller's look at the worklist: pairs with a queuer's
     // push, fence, then its load of `spinning`.
     counts.spinning.fetch_sub(1, SeqCst);
-    fence(SeqCst);
+    seqcst_pair_fence();
 }
 
 /// Polls the worklist until it holds an item or `budget` passes: a few pause loops,

@@ -32,10 +32,10 @@ pub(crate) struct Worklist<T> {
     /// K: the items, oldest first.
     items: Mutex<VecDeque<T>>,
     /// A: how many items `items` holds; changed under the lock, read without it.
-    /// `SeqCst`: a queuer's increment, a `SeqCst` fence and its load of the pool's
-    /// running and spinning counts pair with a worker's decrement of those counts, a
-    /// fence and its load of this length (the Dekker pair of the sleep/wake protocol,
-    /// `pool.rs`: at least one side sees the other).
+    /// `SeqCst`: a queuer's increment and its `SeqCst` load of the pool's running and
+    /// spinning counts pair with a worker's decrement of those counts and its load of
+    /// this length (the Dekker pair of the sleep/wake protocol, `pool.rs`: all
+    /// `SeqCst`, so at least one side sees the other; `sync::seqcst_pair_fence`).
     len: AtomicUsize,
 }
 

@@ -91,18 +91,10 @@ pub struct PoolStats {
     pub strict: bool,
     /// Nice value of the workers.
     pub nice: i32,
-    /// Items queued onto this pool.
-    pub queued: u64,
-    /// Items started.
-    pub started: u64,
-    /// Items finished (panicked ones included).
-    pub completed: u64,
-    /// Items that panicked.
-    pub panicked: u64,
-    /// Items dropped without running.
-    pub cancelled: u64,
-    /// Repatriating wake-ups.
-    pub repatriated: u64,
+    /// Item counts of every workqueue using the pool (the same keys as
+    /// [`WorkqueueStats::totals`], at the top level of the pool's JSON object).
+    #[serde(flatten)]
+    pub totals: Totals,
     /// Worker threads started.
     pub workers_created: u64,
     /// Worker threads that exited after idling too long.
@@ -122,8 +114,6 @@ pub struct PoolStats {
     pub workers: usize,
     /// Idle workers now.
     pub idle: usize,
-    /// Items that waited for a `max_active` slot.
-    pub max_active_waits: u64,
     /// Pool-lock contention when queueing.
     pub enqueue_lock: LockStats,
     /// Pool-lock contention when workers take items.
@@ -154,13 +144,11 @@ impl PoolStats {
             Histogram::merged_snapshot(std::iter::once(shared).chain(workers.iter().map(|w| f(w))))
         };
         PoolStats {
-            queued: items.queued,
-            started: items.started + own(|w| &w.started),
-            completed: items.completed + own(|w| &w.completed),
-            panicked: items.panicked,
-            cancelled: items.cancelled,
-            repatriated: items.repatriated,
-            max_active_waits: items.max_active_waits,
+            totals: Totals {
+                started: items.started + own(|w| &w.started),
+                completed: items.completed + own(|w| &w.completed),
+                ..items
+            },
             workers_created: c.workers_created.get(),
             workers_reaped: c.workers_reaped.get(),
             worker_spawn_failures: c.worker_spawn_failures.get(),
@@ -251,7 +239,7 @@ mod tests {
             );
         }
         let before = PoolStats::from_counters(&pool);
-        assert_eq!((before.started, before.completed), (300, 300));
+        assert_eq!((before.totals.started, before.totals.completed), (300, 300));
         assert_eq!(before.locality.same_llc, 300);
         assert_eq!(before.dequeue_lock.acquisitions, 1);
         assert_eq!(before.run_time_ns, all.snapshot());
@@ -263,5 +251,82 @@ mod tests {
         pool.retire_worker(&a);
         assert_eq!(PoolStats::from_counters(&pool), before);
         assert_eq!(crate::sync::lock_std(&pool.workers).len(), 1);
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod json_tests {
+    use super::*;
+
+    /// A pool's item totals stay top-level keys of its JSON object (the control
+    /// protocol, `podq monitor` and BENCH.md read them there), and read back.
+    #[test]
+    fn pool_totals_are_top_level_json_keys() {
+        let pool = PoolStats {
+            id: 9,
+            totals: Totals {
+                queued: 1,
+                started: 2,
+                completed: 3,
+                panicked: 4,
+                cancelled: 5,
+                repatriated: 6,
+                max_active_waits: 7,
+            },
+            workers: 8,
+            ..PoolStats::default()
+        };
+        let json = serde_json::to_value(&pool).unwrap();
+        let object = json.as_object().unwrap();
+        let mut keys: Vec<&str> = object.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "affinity_failures",
+                "cancelled",
+                "completed",
+                "cpu_time_ns",
+                "dequeue_lock",
+                "enqueue_lock",
+                "id",
+                "idle",
+                "locality",
+                "max_active_waits",
+                "maydays",
+                "nice",
+                "nice_failures",
+                "panicked",
+                "pod_cpus",
+                "queue_to_start_ns",
+                "queued",
+                "repatriated",
+                "rescued",
+                "run_time_ns",
+                "started",
+                "strict",
+                "worker_spawn_failures",
+                "workers",
+                "workers_created",
+                "workers_reaped",
+            ]
+        );
+        let totals = [
+            "queued",
+            "started",
+            "completed",
+            "panicked",
+            "cancelled",
+            "repatriated",
+            "max_active_waits",
+        ]
+        .map(|key| object[key].as_u64().unwrap());
+        assert_eq!(totals, [1, 2, 3, 4, 5, 6, 7]);
+        assert_eq!(
+            (object["id"].as_u64(), object["workers"].as_u64()),
+            (Some(9), Some(8))
+        );
+        let back: PoolStats = serde_json::from_value(json).unwrap();
+        assert_eq!(back, pool);
     }
 }

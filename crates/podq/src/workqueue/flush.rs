@@ -5,7 +5,8 @@
 //! `FlushDomain::lock`; Z guarded by `FlushDomain::serial` (one flusher at a time).
 
 use crate::sync::{
-    fence, lock, wait, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex, Ordering::SeqCst,
+    lock, seqcst_pair_fence, wait, AtomicBool, AtomicU64, AtomicUsize, Condvar, Mutex,
+    Ordering::SeqCst,
 };
 
 /// One of the two flush colours; an item takes the colour of the generation it was
@@ -37,7 +38,8 @@ const COUNT: u64 = (1 << 31) - 1;
 #[derive(Debug)]
 pub(crate) struct InFlight {
     /// A: bits 0–30 colour 0, bits 32–62 colour 1, bit 63 [`DEAD`]. Every access is
-    /// `SeqCst`, with a `SeqCst` fence between a write and the read it pairs with: a
+    /// `SeqCst` (so totally ordered; `sync::seqcst_pair_fence` between a write and the
+    /// read it pairs with gives loom the same order): a
     /// queuer's add, then its re-read of the generation, against a flusher's bump of
     /// it, then its loads of this word ([`FlushDomain::gen`]); a removal, then its load
     /// of `flushers` or of `current`, against a flusher's increment of `flushers`, then
@@ -90,7 +92,7 @@ impl InFlight {
         let retired = after == 0
             && {
                 // Between the removal and the load of `current`: see `word`.
-                fence(SeqCst);
+                seqcst_pair_fence();
                 !self.current.load(SeqCst)
             }
             && self.try_retire();
@@ -102,7 +104,7 @@ impl InFlight {
     pub(crate) fn leave(&self) -> bool {
         self.current.store(false, SeqCst);
         // Between the store and the retirement attempt: see `word`.
-        fence(SeqCst);
+        seqcst_pair_fence();
         self.try_retire()
     }
 
@@ -166,7 +168,7 @@ impl FlushDomain {
     /// Whether generation `gen` is still current (a queuer's check after its add).
     pub(crate) fn still(&self, gen: u64) -> bool {
         // Between the add and this load: see `InFlight::word`.
-        fence(SeqCst);
+        seqcst_pair_fence();
         self.gen.load(SeqCst) == gen
     }
 
@@ -184,7 +186,7 @@ impl FlushDomain {
         let colour = Colour::of(self.gen.fetch_add(1, SeqCst));
         self.flushers.fetch_add(1, SeqCst);
         // Between the writes and the loads of the counts: see `InFlight::word`.
-        fence(SeqCst);
+        seqcst_pair_fence();
         let mut guard = lock(&self.lock);
         while !clear(colour) {
             guard = wait(&self.cv, guard);
@@ -196,7 +198,7 @@ impl FlushDomain {
     /// Called after a removal cleared a colour (see [`Left::cleared`]).
     pub(crate) fn cleared(&self) {
         // Between the removal and this load: see `InFlight::word`.
-        fence(SeqCst);
+        seqcst_pair_fence();
         if self.flushers.load(SeqCst) > 0 {
             drop(lock(&self.lock));
             self.cv.notify_all();

@@ -8,7 +8,7 @@
 use std::collections::VecDeque;
 
 use crate::policy;
-use crate::sync::{fence, lock, AtomicUsize, Mutex, Ordering::SeqCst};
+use crate::sync::{lock, seqcst_pair_fence, AtomicUsize, Mutex, Ordering::SeqCst};
 
 /// One node's active-item slots. `P` is what waits on the pending list: a pwq in the
 /// runtime, a plain value in the loom model.
@@ -23,10 +23,10 @@ pub(crate) struct NodeActive<P> {
     /// N: pwqs with inactive items waiting for a slot, served round-robin.
     pending: Mutex<VecDeque<P>>,
     /// A: `pending.len()`, stored under the `pending` lock, so that a completion skips
-    /// that lock when nobody waits. A joiner's store, then a `SeqCst` fence, then its
-    /// load of `nr` in `try_inc`, pairs with a completion's decrement of `nr`, then a
-    /// `SeqCst` fence, then its load of this (both fences are in `take_pending`): one of
-    /// the two sees the other, so a freed slot is never left unused.
+    /// that lock when nobody waits. A joiner's `SeqCst` store, then its `SeqCst` load
+    /// of `nr` in `take_pending`, pairs with a completion's decrement of `nr`, then its
+    /// `SeqCst` load of this (both in `take_pending`, with `seqcst_pair_fence` between
+    /// for loom): one of the two sees the other, so a freed slot is never left unused.
     nr_pending: AtomicUsize,
 }
 
@@ -109,7 +109,7 @@ impl<P> NodeActive<P> {
     pub(crate) fn take_pending(&self, want: usize) -> Option<(P, usize)> {
         // Between the caller's write (`release` or `push_pending`) and this read: see
         // `nr_pending`.
-        fence(SeqCst);
+        seqcst_pair_fence();
         if self.nr_pending.load(SeqCst) == 0 {
             return None;
         }
