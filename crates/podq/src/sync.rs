@@ -2,8 +2,9 @@
 //! models in this crate exercise the real protocol code (pending bit, sleep/wake, flush).
 //!
 //! The modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `workqueue/node.rs`,
-//! `pool.rs`, `pool/worklist.rs`, `join.rs`) use the facade; the rest of the runtime uses `std` directly (loom has no `Weak`, no
-//! `const` mutexes and no clock) through [`lock_std`] and [`wait_std`].
+//! `pool.rs`, `pool/worklist.rs`, `join.rs`, `busy.rs`'s beat) use the facade; the rest
+//! of the runtime uses `std` directly (loom has no `Weak`, no `const` mutexes and no
+//! clock) through [`lock_std`] and [`wait_std`].
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
