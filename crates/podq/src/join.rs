@@ -272,6 +272,9 @@ trait RunOnce: Send + Sync {
     fn run(&self) -> (Option<String>, bool);
     /// It will never run: completes the handle with an error.
     fn abandon(&self) -> bool;
+    /// Its label, for the trace events.
+    #[cfg(feature = "tracing")]
+    fn label(&self) -> Option<&Arc<str>>;
 }
 
 impl<F, T, L> RunOnce for Spawned<F, T, L>
@@ -297,6 +300,11 @@ where
                 (Some(message), last)
             }
         }
+    }
+
+    #[cfg(feature = "tracing")]
+    fn label(&self) -> Option<&Arc<str>> {
+        self.label.label()
     }
 
     fn abandon(&self) -> bool {
@@ -381,6 +389,20 @@ impl OnceTask {
             drop(unsafe { Box::from_raw(block.as_ptr()) });
         }
         message
+    }
+
+    /// Its identity (the spawned block's address) and label, for the trace events.
+    #[cfg(feature = "tracing")]
+    pub(crate) fn traced(&self) -> (usize, Option<&Arc<str>>) {
+        match self.0 {
+            Some(block) => (
+                block.as_ptr().cast::<()>() as usize,
+                // SAFETY: the task's reference keeps the block alive while the task
+                // lives, and the label is borrowed from the task.
+                unsafe { block.as_ref() }.label(),
+            ),
+            None => (0, None),
+        }
     }
 }
 

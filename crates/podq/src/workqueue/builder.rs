@@ -389,6 +389,7 @@ impl WorkqueueBuilder {
             error_hook: self.error_hook,
             threads,
             watch: crate::watchdog::WqWatch::new(self.stall_threshold, self.long_item_threshold),
+            freeze: super::freeze::Freeze::default(),
         });
         {
             let mut cfg = lock(&shared.config);
