@@ -711,17 +711,21 @@ impl WqShared {
     /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
     /// serving pwqs round-robin in turns (`policy::activation`).
     fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
-        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN) {
+        // The pwq of the last turn, if it still has waiting items: back on the list at
+        // the next `take_pending`. Until then it stays `on_pending` (queuers do not
+        // join for it), and this loop runs that call before it stops.
+        let mut back = None;
+        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN, back.take()) {
             let mut st = lock(&pwq.state);
+            let mut requeued = false;
             let count = match policy::activation(st.queue(), slots) {
                 Activation::Leave => {
                     st.on_pending = false;
                     0
                 }
                 Activation::Take { count, requeue } => {
-                    if requeue {
-                        node.push_pending(Arc::clone(&pwq));
-                    } else {
+                    requeued = requeue;
+                    if !requeue {
                         st.on_pending = false;
                     }
                     pwq.pool.core.push_many(st.inactive.drain(..count));
@@ -739,6 +743,9 @@ impl WqShared {
             }
             if count > 0 {
                 pwq.pool.core.kick();
+            }
+            if requeued {
+                back = Some(pwq);
             }
         }
     }

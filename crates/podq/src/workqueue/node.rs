@@ -105,15 +105,25 @@ impl<P> NodeActive<P> {
 
     /// One turn of activation (`node_activate_pending_pwq`): if something waits and a
     /// slot is free, takes up to `want` slots and the first waiter, which the caller
-    /// activates (giving back with `release` the slots it does not use).
-    pub(crate) fn take_pending(&self, want: usize) -> Option<(P, usize)> {
-        // Between the caller's write (`release` or `push_pending`) and this read: see
-        // `nr_pending`.
-        seqcst_pair_fence();
-        if self.nr_pending.load(SeqCst) == 0 {
-            return None;
+    /// activates (giving back with `release` the slots it does not use). `back` is the
+    /// previous turn's waiter that still has items: it goes to the end of the list
+    /// first, in the same acquisition (round-robin without a second lock per turn).
+    pub(crate) fn take_pending(&self, want: usize, back: Option<P>) -> Option<(P, usize)> {
+        if back.is_none() {
+            // Between the caller's write (`release` or `push_pending`) and this read:
+            // see `nr_pending`.
+            seqcst_pair_fence();
+            if self.nr_pending.load(SeqCst) == 0 {
+                return None;
+            }
         }
         let mut pending = lock(&self.pending);
+        if let Some(p) = back {
+            pending.push_back(p);
+            self.nr_pending.store(pending.len(), SeqCst);
+            // Between this store and the load of `nr` below: see `nr_pending`.
+            seqcst_pair_fence();
+        }
         if pending.is_empty() {
             return None;
         }
@@ -145,7 +155,7 @@ mod loom_tests {
             assert!(node.try_inc(), "the running item's slot");
             let activated = Arc::new(AtomicUsize::new(0));
             let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
-                while let Some((p, slots)) = node.take_pending(4) {
+                while let Some((p, slots)) = node.take_pending(4, None) {
                     assert_eq!((p, slots), (7, 1));
                     assert_eq!(activated.fetch_add(1, SeqCst), 0, "over max_active");
                 }
@@ -182,7 +192,7 @@ mod loom_tests {
             assert!(node.try_inc(), "the running item's slot");
             let activated = Arc::new(AtomicUsize::new(0));
             let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
-                while let Some((p, slots)) = node.take_pending(4) {
+                while let Some((p, slots)) = node.take_pending(4, None) {
                     assert_eq!((p, slots), (7, 1));
                     activated.fetch_add(1, SeqCst);
                 }
