@@ -11,9 +11,10 @@
 //! G guarded by `BEATS` (a leaf lock); BL guarded by `Beat::label` (a leaf lock, taken
 //! only for labelled items).
 
+use crate::sync::unmodelled::{AtomicU64, Mutex};
+use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use std::cell::{Cell, RefCell};
-use std::sync::atomic::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 
 use crate::sync::lock_std as lock;
 

@@ -60,16 +60,16 @@ use crate::join::{self, JoinHandle};
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{
-    AtomicBool, AtomicUsize,
+use crate::sync::{
+    AtomicBool, AtomicUsize, Mutex,
     Ordering::{Relaxed, SeqCst},
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::entry::{Entry, EntryMeta, Task};
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 use crate::work::{Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};

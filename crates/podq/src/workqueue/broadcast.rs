@@ -197,9 +197,9 @@ impl WqShared {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::{AtomicBool, Ordering::Relaxed};
     use crate::testing::fake_topology;
     use podq_topology::Scope;
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
     /// The pod of the pool the calling worker serves.
     fn worker_pod() -> Option<CpuSet> {
@@ -312,7 +312,7 @@ mod tests {
         while wq
             .shared()
             .draining
-            .load(std::sync::atomic::Ordering::SeqCst)
+            .load(crate::sync::Ordering::SeqCst)
             == 0
         {
             std::thread::yield_now();

@@ -1,8 +1,8 @@
 //! `WorkqueueBuilder`: every setting of a new workqueue, checked by `build`.
 
+use crate::sync::{AtomicBool, AtomicUsize, Mutex, Ordering::Relaxed};
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use crossbeam_utils::sync::ShardedLock;
@@ -18,7 +18,7 @@ use crate::fault::ErrorHook;
 use crate::policy;
 use crate::pool;
 use crate::stats::ItemCounters;
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 use crate::threads::ThreadOptions;
 use crate::{Attrs, Error, PanicHook, PanicReport, WorkerThread, Workqueue};
 
