@@ -25,8 +25,8 @@
 //! Lock order: Y is a leaf, never held while a workqueue's lock is taken; the sampler
 //! takes a workqueue's `config`, then what an attribute change takes.
 
+use crate::sync::unmodelled::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use podq_topology::{CpuSet, Scope, Topology};

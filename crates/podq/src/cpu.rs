@@ -1,8 +1,9 @@
 //! CPUs as the runtime sees them: `sched_getcpu`, affinity, the thread-local CPU
 //! override, and the mapping of a (possibly fake) topology onto the real CPUs.
 
+use crate::sync::unmodelled::RwLock;
 use std::cell::Cell;
-use std::sync::{PoisonError, RwLock};
+use std::sync::PoisonError;
 
 use podq_topology::{CpuFacts, CpuSet, Topology};
 

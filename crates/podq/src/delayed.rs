@@ -12,7 +12,8 @@ use std::fmt;
 use std::sync::{OnceLock, Weak};
 use std::time::{Duration, Instant};
 
-use std::sync::{Arc, Condvar, Mutex};
+use crate::sync::unmodelled::{Condvar, Mutex};
+use std::sync::Arc;
 
 use crate::sync::lock_std as lock;
 use crate::work::{Work, WorkInner};

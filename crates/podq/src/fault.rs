@@ -10,8 +10,9 @@
 //! Legend: A atomic (`Relaxed`: plain settings read on the slow spawn path, pairing
 //! with nothing); E guarded by the hook's own lock.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, RwLock};
+use crate::sync::unmodelled::{AtomicU64, RwLock};
+use crate::sync::Ordering::Relaxed;
+use std::sync::Arc;
 use std::thread::{Builder, JoinHandle};
 use std::time::Duration;
 

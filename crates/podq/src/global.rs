@@ -5,7 +5,8 @@
 //! Legend: I set once (the `OnceLock`), read-only after; G guarded by `BUILD` (the
 //! one build in progress).
 
-use std::sync::{Mutex, OnceLock};
+use crate::sync::unmodelled::Mutex;
+use std::sync::OnceLock;
 
 use crate::sync::lock_std as lock;
 use crate::{Error, JoinHandle, Work, Workqueue};
@@ -116,7 +117,7 @@ fn expect_default() -> &'static Workqueue {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use crate::sync::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
     #[test]

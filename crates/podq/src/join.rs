@@ -122,6 +122,22 @@ impl Wake for Unpark {
     }
 }
 
+/// A waker that unparks the calling thread: made once per thread (a blocked join
+/// allocates nothing), except under loom, whose threads share thread-locals.
+fn thread_waker() -> Waker {
+    #[cfg(not(loom))]
+    {
+        thread_local! {
+            static UNPARK: Waker = Waker::from(Arc::new(Unpark(thread::current())));
+        }
+        let fresh = || Waker::from(Arc::new(Unpark(thread::current())));
+        // A join from another thread-local's destructor makes its own.
+        UNPARK.try_with(Waker::clone).unwrap_or_else(|_| fresh())
+    }
+    #[cfg(loom)]
+    Waker::from(Arc::new(Unpark(thread::current())))
+}
+
 /// `Spawned::state`: the item finished (ran, panicked or was dropped unrun).
 const DONE: u32 = 1;
 /// `Spawned::state`: a waiter is registered in `Spawned::waiter`.
@@ -478,8 +494,7 @@ impl<T> JoinHandle<T> {
             if let Some(result) = self.shared().take_result() {
                 return result;
             }
-            let waker =
-                waker.get_or_insert_with(|| Waker::from(Arc::new(Unpark(thread::current()))));
+            let waker = waker.get_or_insert_with(thread_waker);
             if self.shared().wait_with(waker) {
                 // Spurious wake-ups and stale unparks only loop once more.
                 thread::park();

@@ -158,7 +158,8 @@ pub mod topology {
     pub use podq_topology::*;
 }
 
-use std::sync::{Arc, RwLock};
+use crate::sync::unmodelled::RwLock;
+use std::sync::Arc;
 
 pub use attrs::Attrs;
 pub use cpu::{current_cpu, pin_thread_to, set_thread_cpu};

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
 use crate::entry::Entry;
 use crate::sync::Ordering::SeqCst;
-use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, AtomicUsize, Mutex};
+use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, unmodelled, AtomicUsize, Mutex};
 
 mod rescue;
 mod watch;
@@ -172,7 +172,7 @@ pub(crate) struct PoolCore {
     /// A: counters.
     pub(crate) stats: PoolCounters,
     /// J: join handles of started workers.
-    joins: std::sync::Mutex<Vec<JoinHandle<()>>>,
+    joins: unmodelled::Mutex<Vec<JoinHandle<()>>>,
     /// I: how its workers are made (names, stack size, start/stop hooks).
     threads: Arc<crate::threads::ThreadOptions>,
 }
@@ -212,7 +212,7 @@ impl Pool {
                 worklist: Worklist::default(),
                 counts: Counts::default(),
                 stats: PoolCounters::default(),
-                joins: std::sync::Mutex::new(Vec::new()),
+                joins: unmodelled::Mutex::new(Vec::new()),
                 threads,
             }),
         }
@@ -513,7 +513,7 @@ mod loom_tests {
             let counts = std::sync::Arc::new(Counts::default());
             let list = std::sync::Arc::new(Worklist::<u32>::default());
             {
-                let mut st = lock(&state);
+                let mut st = lock(&*state);
                 st.slots.push(Some(WorkerSlot {
                     thread: None,
                     last_cpu: 0,
@@ -528,7 +528,7 @@ mod loom_tests {
             let worker = {
                 let (state, counts, list) = (state.clone(), counts.clone(), list.clone());
                 loom::thread::spawn(move || {
-                    lock(&state).slots[0].as_mut().unwrap().thread = Some(thread::current());
+                    lock(&*state).slots[0].as_mut().unwrap().thread = Some(thread::current());
                     let mut got = VecDeque::new();
                     let mut spun = false;
                     while got.len() < 2 {
@@ -541,7 +541,7 @@ mod loom_tests {
                             spin(&counts, &list, policy::IDLE_SPIN);
                             continue;
                         }
-                        let mut st = lock(&state);
+                        let mut st = lock(&*state);
                         if !st.go_idle(&counts, &list, 0, 0) {
                             continue;
                         }

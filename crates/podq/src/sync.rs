@@ -1,10 +1,12 @@
-//! The synchronisation facade: std types normally, loom's under `cfg(loom)`, so the loom
-//! models in this crate exercise the real protocol code (pending bit, sleep/wake, flush).
-//!
-//! The modelled protocols (`work/state.rs`, `workqueue/flush.rs`, `workqueue/node.rs`,
-//! `pool.rs`, `pool/worklist.rs`, `join.rs`, `busy.rs`'s beat) use the facade; the rest
-//! of the runtime uses `std` directly (loom has no `Weak`, no `const` mutexes and no
-//! clock) through [`lock_std`] and [`wait_std`].
+//! The synchronisation facade: every atomic, mutex and condvar of the runtime comes from
+//! here. The types at the top level are std's normally and loom's under `cfg(loom)`, so
+//! the loom models exercise the real protocol code (pending bit, sleep/wake, flush,
+//! admission, join, a worker's run counter); instance state uses them. [`unmodelled`]
+//! holds std's in every build, for what loom cannot model: process-wide statics
+//! (loom's types have no `const` constructors and may not outlive one model
+//! execution), state reachable from them, and OS-thread bookkeeping. Loom has no `Weak`, `OnceLock` or clock;
+//! those come from std directly. [`lock_std`] and [`wait_std`] serve the unmodelled
+//! mutexes.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
@@ -17,6 +19,12 @@ pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// Std's types in every build, for state loom cannot model (see the module docs).
+pub(crate) mod unmodelled {
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use std::sync::{Condvar, Mutex, RwLock};
+}
 
 /// The fence between the `SeqCst` write and the `SeqCst` read of one side of a Dekker
 /// pair (each side writes its flag, then reads the other's) whose accesses on both
@@ -95,11 +103,44 @@ pub(crate) mod thread {
 
 /// Locks `mutex`, ignoring poisoning: no podq lock is held while user code runs, so a
 /// poisoned lock can only come from a bug in podq itself, and the data it guards is
-/// still consistent at every unlock point.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    match mutex.lock() {
-        Ok(guard) => guard,
-        Err(poisoned) => poisoned.into_inner(),
+/// still consistent at every unlock point. Takes the modelled mutex and the
+/// [`unmodelled`] one alike (the same type outside loom).
+pub(crate) fn lock<M: Lockable + ?Sized>(mutex: &M) -> M::Guard<'_> {
+    mutex.lock_ignoring_poison()
+}
+
+/// A mutex [`lock`] takes.
+pub(crate) trait Lockable {
+    type Guard<'a>
+    where
+        Self: 'a;
+
+    /// See [`lock`].
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> Lockable for std::sync::Mutex<T> {
+    type Guard<'a>
+        = std::sync::MutexGuard<'a, T>
+    where
+        T: 'a;
+
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+#[cfg(loom)]
+impl<T: ?Sized> Lockable for loom::sync::Mutex<T> {
+    type Guard<'a>
+        = loom::sync::MutexGuard<'a, T>
+    where
+        T: 'a;
+
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 }
 

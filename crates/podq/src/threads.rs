@@ -4,8 +4,9 @@
 //!
 //! Legend: I set at init, read-only after.
 
+use crate::sync::unmodelled::AtomicU64;
+use crate::sync::Ordering::Relaxed;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use podq_topology::CpuSet;

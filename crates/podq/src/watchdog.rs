@@ -29,10 +29,11 @@
 //! again at every look); WD guarded by its own mutex (`WqWatch::found`, the
 //! watchdog's remembered state `state()`; leaves, never held while calling hooks).
 
+use crate::sync::unmodelled::{AtomicBool, AtomicU64, Mutex};
+use crate::sync::Ordering::Relaxed;
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use podq_topology::CpuSet;

@@ -62,16 +62,16 @@ use crate::join::{self, JoinHandle};
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
-use std::sync::atomic::{
-    AtomicBool, AtomicUsize,
+use crate::sync::{
+    AtomicBool, AtomicUsize, Mutex,
     Ordering::{Relaxed, SeqCst},
 };
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::entry::{Entry, EntryMeta, Task};
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 use crate::work::{Work, WorkInner};
 use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
@@ -713,17 +713,21 @@ impl WqShared {
     /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
     /// serving pwqs round-robin in turns (`policy::activation`).
     fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
-        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN) {
+        // The pwq of the last turn, if it still has waiting items: back on the list at
+        // the next `take_pending`. Until then it stays `on_pending` (queuers do not
+        // join for it), and this loop runs that call before it stops.
+        let mut back = None;
+        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN, back.take()) {
             let mut st = lock(&pwq.state);
+            let mut requeued = false;
             let count = match policy::activation(st.queue(), slots) {
                 Activation::Leave => {
                     st.on_pending = false;
                     0
                 }
                 Activation::Take { count, requeue } => {
-                    if requeue {
-                        node.push_pending(Arc::clone(&pwq));
-                    } else {
+                    requeued = requeue;
+                    if !requeue {
                         st.on_pending = false;
                     }
                     pwq.pool.core.push_many(st.inactive.drain(..count));
@@ -741,6 +745,9 @@ impl WqShared {
             }
             if count > 0 {
                 pwq.pool.core.kick();
+            }
+            if requeued {
+                back = Some(pwq);
             }
         }
     }

@@ -1,7 +1,7 @@
 //! An in-memory [`ControlTarget`] for tests: three queues, a default scope, and a
 //! runtime-style refusal (`nice` -7) to exercise the `Rejected` path.
 
-use std::sync::Mutex;
+use crate::sync::unmodelled::Mutex;
 
 use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
 use crate::stats::{Totals, WorkqueueStats};

@@ -5,8 +5,9 @@
 //!
 //! Field legend: L: guarded by the mutex that holds it.
 
+use crate::sync::unmodelled::Mutex;
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError, Weak};
+use std::sync::{Arc, OnceLock, PoisonError, Weak};
 
 use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
 use crate::stats::WorkqueueStats;

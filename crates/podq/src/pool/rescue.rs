@@ -41,9 +41,10 @@
 //! no pool lock held).
 //! The manager thread never takes a pool lock while holding its own.
 
+use crate::sync::unmodelled::{AtomicBool, AtomicUsize, Condvar, Mutex};
+use crate::sync::Ordering::SeqCst;
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use std::thread;
 use std::time::Instant;
 

@@ -1,7 +1,7 @@
 //! Event counters: plain, worker-owned and sharded atomics, the per-worker, per-pool and
 //! per-item sets built from them, and lock-contention counting (legend in `stats.rs`).
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 #[cfg(feature = "stats")]
 use std::time::Instant;
@@ -211,7 +211,7 @@ struct Lease(Slot);
 
 impl Lease {
     fn take() -> Lease {
-        use std::sync::atomic::Ordering::Acquire;
+        use crate::sync::Ordering::Acquire;
         let all = (1u32 << SHARDS) - 1;
         let mut taken = LEASES.load(Relaxed);
         while taken & all != all {

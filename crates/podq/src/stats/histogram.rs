@@ -3,7 +3,7 @@
 //! Buckets are log-linear with 16 sub-buckets per power of two: values below 16 ns are
 //! exact, others are reported with at most 1/16 relative error, in 7.8 KiB per histogram.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 
 use super::Latency;
 

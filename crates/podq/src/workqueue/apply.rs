@@ -2,7 +2,7 @@
 //! the plan (prepare, then commit; see `workqueue/README.md`), and `max_active`
 //! changes, which only move the node limits.
 
-use std::sync::atomic::Ordering::Relaxed;
+use crate::sync::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 
 use super::registry::{default_scope, pools, NEXT_POOL_ID};
@@ -11,7 +11,7 @@ use crate::attrs::{self, PoolKey};
 use crate::auto::{self, AutoRun};
 use crate::policy;
 use crate::pool::Pool;
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 use crate::{Attrs, Error, Scope};
 
 impl WqShared {

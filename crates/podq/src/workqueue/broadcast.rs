@@ -197,9 +197,9 @@ impl WqShared {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::{AtomicBool, Ordering::Relaxed};
     use crate::testing::fake_topology;
     use podq_topology::Scope;
-    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
     /// The pod of the pool the calling worker serves.
     fn worker_pod() -> Option<CpuSet> {
@@ -309,12 +309,7 @@ mod tests {
             let wq = wq.clone();
             std::thread::spawn(move || wq.drain())
         };
-        while wq
-            .shared()
-            .draining
-            .load(std::sync::atomic::Ordering::SeqCst)
-            == 0
-        {
+        while wq.shared().draining.load(crate::sync::Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
         let err = wq.broadcast(|_| ()).unwrap_err();

@@ -67,8 +67,9 @@ impl Workqueue {
     /// it would wait for); [`Error::ThawedWhileFreezing`] if another thread thawed it
     /// before the active items finished.
     ///
-    /// Departure: the kernel freezes every freezable workqueue at once (system
-    /// suspend); podq freezes one workqueue per call. The kernel does it by setting each
+    /// Departure: the kernel freezes every `WQ_FREEZABLE` workqueue at once (system
+    /// suspend); podq freezes the one workqueue it is called on, and any workqueue may
+    /// be frozen (there is no flag to set at build time). The kernel does it by setting each
     /// pwq's `max_active` to 0; podq marks the pwqs frozen and leaves the node limits
     /// as they are, so [`Workqueue::dump`] still shows them.
     ///

@@ -71,10 +71,9 @@ impl WqShared {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
+    use crate::sync::{AtomicUsize, Mutex, Ordering::SeqCst};
     use crate::testing::fake_topology;
     use podq_topology::{CpuSet, Scope};
-    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-    use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
     /// The limits of nodes 0 and 1.

@@ -25,7 +25,7 @@ use podq_topology::{CpuSet, Topology};
 
 use super::{live_workqueues, WqShared};
 use crate::cpu;
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 use crate::Error;
 
 /// What a [`refresh`] did.
@@ -98,7 +98,7 @@ pub fn refresh_with(usable: CpuSet) -> Result<Refreshed, Error> {
     if usable.is_empty() {
         return Err(Error::EmptyCpumask);
     }
-    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    static SERIAL: crate::sync::unmodelled::Mutex<()> = crate::sync::unmodelled::Mutex::new(());
     let _serial = lock(&SERIAL);
     cpu::set_real_cpus(usable.clone());
     let mut first_error = None;

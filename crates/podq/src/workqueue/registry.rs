@@ -2,16 +2,17 @@
 //! default-scope changes and refresh), pools by key (for sharing), topology ids, and
 //! the process default scope.
 
+use crate::sync::unmodelled::{AtomicUsize, Mutex};
+use crate::sync::Ordering::SeqCst;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 
 use podq_topology::{Scope, Topology};
 
 use super::WqShared;
 use crate::attrs::PoolKey;
 use crate::pool::Pool;
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 use crate::Error;
 
 /// A: the next workqueue id (`Relaxed`: an id only has to be unique).

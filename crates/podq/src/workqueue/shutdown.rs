@@ -1,7 +1,7 @@
 //! [`Workqueue::shutdown`]: a drain bounded by a timeout that reports what did not
 //! finish, instead of waiting forever as dropping the last handle does.
 
-use std::sync::atomic::Ordering::SeqCst;
+use crate::sync::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -2,7 +2,7 @@
 //! on the timer, retire every pwq and join the workers of pools no one else uses. The
 //! rules are in the `Workqueue` docs (Shutdown).
 
-use std::sync::atomic::Ordering::SeqCst;
+use crate::sync::Ordering::SeqCst;
 use std::sync::Arc;
 
 use podq_topology::CpuSet;
@@ -11,7 +11,7 @@ use super::registry::registry;
 use super::{write, Pwq, Table, WqHandle};
 use crate::delayed;
 use crate::pool::{self, PoolCore};
-use crate::sync::lock_std as lock;
+use crate::sync::lock;
 
 impl Drop for WqHandle {
     fn drop(&mut self) {
