@@ -25,11 +25,11 @@ const POLL_MAX: Duration = Duration::from_millis(5);
 /// A workqueue's frozen state.
 #[derive(Debug, Default)]
 pub(super) struct Freeze {
-    /// A, M: whether the workqueue is frozen. Stored (`SeqCst`) under `config`, before
-    /// the pwqs are marked; read under `config` by `Pwq::new` (the lock orders it) and
-    /// without it by `freeze`'s wait, which stops when a thaw cleared it (the store
-    /// precedes the thaw's activation, so a waiter that still sees it set sees slots
-    /// that have not been reopened by that thaw).
+    /// A, M: whether the workqueue is frozen. Stored (`SeqCst`) under `config`, after
+    /// the pwqs' marks are set (freeze) or cleared (thaw), so that a reader who sees it
+    /// set sees every pwq frozen; read under `config` by `Pwq::new` and `thaw` (the
+    /// lock orders them) and without it by [`Workqueue::is_frozen`] and `freeze`'s
+    /// wait, which stops when a thaw cleared it.
     frozen: AtomicBool,
 }
 
@@ -118,12 +118,13 @@ impl WqShared {
     /// gate before it closed.
     fn freeze_begin(&self) {
         let cfg = lock(&self.config);
-        self.freeze.frozen.store(true, SeqCst);
         for pwq in lock(&self.pwqs).iter() {
             let mut st = lock(&pwq.state);
             st.frozen = true;
             pwq.set_gate(&st);
         }
+        // After the marks: whoever sees the flag set sees every pwq frozen.
+        self.freeze.frozen.store(true, SeqCst);
         drop(cfg);
         // A queue call that loaded a gate clear before it closed may still take a slot
         // on the fast path; it holds the table read-locked until its item is on a
@@ -153,7 +154,7 @@ impl WqShared {
     /// pending lists and activates them. Returns whether it was frozen.
     pub(super) fn thaw(&self) -> bool {
         let cfg = lock(&self.config);
-        if !self.freeze.frozen.swap(false, SeqCst) {
+        if !self.freeze.is_frozen() {
             return false;
         }
         for pwq in lock(&self.pwqs).iter() {
@@ -165,6 +166,7 @@ impl WqShared {
             }
             pwq.set_gate(&st);
         }
+        self.freeze.frozen.store(false, SeqCst);
         drop(cfg);
         for node in &self.nodes {
             self.activate(node);
