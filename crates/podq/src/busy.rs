@@ -7,10 +7,9 @@
 //! whose counter did not move between looks `d` apart has run one item for at least
 //! `d` (`watchdog.rs` turns that into durations).
 //!
-//! The word's protocol (one writer, any readers): see `Runs::word`. Its loom model,
-//! `loom_a_look_sees_its_runs_ids`, runs the real `Runs` methods on the `sync` facade's
-//! atomics; the runtime's beats use std's (`sync::unmodelled`): they are reachable from
-//! a process-wide list and outlive any one loom execution.
+//! The word's protocol (one writer, any readers): see `Beat::word`. Its loom model,
+//! `loom_a_look_sees_its_runs_ids`, runs the real `Beat` methods through the `sync`
+//! facade.
 //!
 //! Legend: A atomic (ordering and pair named at each field); W thread-private;
 //! G guarded by `BEATS` (a leaf lock); BL guarded by `Beat::label` (a leaf lock, taken
@@ -19,63 +18,23 @@
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Weak};
 
-use crate::sync::lock_std as lock;
 use crate::sync::unmodelled::Mutex;
-use crate::sync::Ordering::{self, Acquire, Relaxed, Release};
 
-/// The 64-bit atomic a beat's run counter is made of: std's in the runtime, loom's in
-/// the model (both have these methods; the trait only names them).
-pub(crate) trait Atomic64 {
-    fn new(value: u64) -> Self;
-    fn load(&self, order: Ordering) -> u64;
-    fn store(&self, value: u64, order: Ordering);
-}
+use crate::sync::lock_std as lock;
+use crate::sync::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 
-impl Atomic64 for crate::sync::unmodelled::AtomicU64 {
-    fn new(value: u64) -> Self {
-        crate::sync::unmodelled::AtomicU64::new(value)
-    }
-    #[inline]
-    fn load(&self, order: Ordering) -> u64 {
-        crate::sync::unmodelled::AtomicU64::load(self, order)
-    }
-    #[inline]
-    fn store(&self, value: u64, order: Ordering) {
-        crate::sync::unmodelled::AtomicU64::store(self, value, order);
-    }
-}
-
-#[cfg(loom)]
-impl Atomic64 for crate::sync::AtomicU64 {
-    fn new(value: u64) -> Self {
-        crate::sync::AtomicU64::new(value)
-    }
-    fn load(&self, order: Ordering) -> u64 {
-        crate::sync::AtomicU64::load(self, order)
-    }
-    fn store(&self, value: u64, order: Ordering) {
-        crate::sync::AtomicU64::store(self, value, order);
-    }
-}
-
-/// A thread's run counter and the ids of its current run (one writer: the thread).
-pub(crate) struct Runs<A> {
+/// One thread's current item.
+pub(crate) struct Beat {
     /// A: twice the number of items this thread started, plus one while it runs one:
     /// a start moves it to the next odd value, an end to the next even one, so every
     /// run has a word of its own. Written by its thread only (`Release`: pairs with the
     /// readers' `Acquire`, so a reader that sees a run's word sees that run's `wq` and
     /// `pool`, or those of a later run, never an earlier one's).
-    word: A,
+    word: AtomicU64,
     /// A: the workqueue id of the item running (written before `word`, `Relaxed`).
-    wq: A,
+    wq: AtomicU64,
     /// A: the id of the pool whose worker runs it (written before `word`, `Relaxed`).
-    pool: A,
-}
-
-/// One thread's current item.
-pub(crate) struct Beat {
-    /// A: its runs.
-    runs: Runs<crate::sync::unmodelled::AtomicU64>,
+    pool: AtomicU64,
     /// BL: the running item's label, if it has one.
     label: Mutex<Option<Arc<str>>>,
     /// I: the thread's name.
@@ -109,19 +68,11 @@ static BEATS: Mutex<Vec<Weak<Beat>>> = Mutex::new(Vec::new());
 impl Beat {
     fn new(thread: String) -> Beat {
         Beat {
-            runs: Runs::new(),
+            word: AtomicU64::new(0),
+            wq: AtomicU64::new(0),
+            pool: AtomicU64::new(0),
             label: Mutex::new(None),
             thread,
-        }
-    }
-}
-
-impl<A: Atomic64> Runs<A> {
-    fn new() -> Runs<A> {
-        Runs {
-            word: A::new(0),
-            wq: A::new(0),
-            pool: A::new(0),
         }
     }
 
@@ -155,13 +106,13 @@ impl<A: Atomic64> Runs<A> {
 /// The calling thread starts an item of workqueue `wq` on a worker of `pool`.
 #[inline]
 pub(crate) fn start(wq: u64, pool: u64) {
-    mine().runs.start(wq, pool);
+    mine().start(wq, pool);
 }
 
 /// The calling thread's item ended.
 #[inline]
 pub(crate) fn end() {
-    mine().runs.end();
+    mine().end();
 }
 
 /// Gives the calling thread's running item a label (`None`: clears it).
@@ -214,7 +165,7 @@ pub(crate) fn looks() -> Vec<Look> {
     beats
         .iter()
         .map(|beat| {
-            let (word, wq, pool) = beat.runs.read();
+            let (word, wq, pool) = beat.read();
             Look {
                 beat: Arc::as_ptr(beat) as usize,
                 word,
@@ -250,13 +201,13 @@ pub(crate) fn running_of(wq: u64) -> usize {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    use super::Runs;
+    use super::Beat;
 
     /// Regression: an end used to clear the odd bit only, so every run of a thread had
     /// the word 1 and the watchdog took back-to-back short items for one long one.
     #[test]
     fn every_run_has_a_word_of_its_own() {
-        let beat = Runs::<crate::sync::unmodelled::AtomicU64>::new();
+        let beat = Beat::new("t".into());
         let mut words = vec![beat.read().0];
         for run in 1..=3 {
             beat.start(run, 10 * run);
@@ -275,11 +226,11 @@ mod tests {
     }
 }
 
-/// Loom model of the beat on the real `Runs` methods:
+/// Loom model of the beat on the real `Beat` methods:
 /// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::Runs;
+    use super::Beat;
     use loom::sync::Arc;
 
     /// A worker runs two items (workqueue 1 on pool 10, then 2 on 20) while a reader
@@ -291,7 +242,7 @@ mod loom_tests {
     #[test]
     fn loom_a_look_sees_its_runs_ids() {
         loom::model(|| {
-            let beat = Arc::new(Runs::<crate::sync::AtomicU64>::new());
+            let beat = Arc::new(Beat::new("worker".into()));
             let worker = {
                 let beat = beat.clone();
                 loom::thread::spawn(move || {

@@ -1,10 +1,10 @@
 //! The synchronisation facade: every atomic, mutex and condvar of the runtime comes from
 //! here. The types at the top level are std's normally and loom's under `cfg(loom)`, so
 //! the loom models exercise the real protocol code (pending bit, sleep/wake, flush,
-//! admission, join, a worker's run counter); instance state uses them. [`unmodelled`]
-//! holds std's in every build, for what loom cannot model: process-wide statics
-//! (loom's types have no `const` constructors and may not outlive one model
-//! execution), state reachable from them, and OS-thread bookkeeping. Loom has no `Weak`, `OnceLock` or clock;
+//! admission, join); instance state uses them. [`unmodelled`] holds std's in every
+//! build, for what loom cannot model: process-wide statics (loom's types have no
+//! `const` constructors and may not outlive one model execution), state reachable
+//! from them, and OS-thread bookkeeping. Loom has no `Weak`, `OnceLock` or clock;
 //! those come from std directly. [`lock_std`] and [`wait_std`] serve the unmodelled
 //! mutexes.
 
@@ -22,7 +22,7 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Std's types in every build, for state loom cannot model (see the module docs).
 pub(crate) mod unmodelled {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
     pub(crate) use std::sync::{Condvar, Mutex, RwLock};
 }
 
