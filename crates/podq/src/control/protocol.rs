@@ -356,7 +356,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
         Some("get") => Some(&["queue", "attr"]),
         Some("set") => Some(&["queue", "attr", "value"]),
         Some("set_default_scope") => Some(&["value"]),
-        Some("stats") => Some(&["queue"]),
+        Some("stats" | "dump") => Some(&["queue"]),
         // A missing or unknown `cmd`: serde names it below.
         _ => None,
     };
@@ -450,6 +450,7 @@ mod tests {
             (br#"{"cmd":"get","queue":"a"}"#, "missing field `attr`"),
             (br#"{"cmd":"list","extra":1}"#, "unknown field `extra`"),
             (br#"{"cmd":"pools","queue":"q"}"#, "unknown field `queue`"),
+            (br#"{"cmd":"dump","qeue":"q"}"#, "unknown field `qeue`"),
             (br#"{"cmd":"stats","queu":"a"}"#, "unknown field `queu`"),
             (br#"{"cmd":"dance","x":1}"#, "unknown variant `dance`"),
             (br#"{"cmd":7}"#, "malformed request"),
