@@ -309,12 +309,7 @@ mod tests {
             let wq = wq.clone();
             std::thread::spawn(move || wq.drain())
         };
-        while wq
-            .shared()
-            .draining
-            .load(crate::sync::Ordering::SeqCst)
-            == 0
-        {
+        while wq.shared().draining.load(crate::sync::Ordering::SeqCst) == 0 {
             std::thread::yield_now();
         }
         let err = wq.broadcast(|_| ()).unwrap_err();
