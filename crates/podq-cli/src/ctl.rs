@@ -23,7 +23,7 @@ pub struct CtlArgs {
 
 #[derive(Subcommand, Debug)]
 enum Action {
-    /// List the visible workqueues and their attributes.
+    /// List the visible workqueues, their attributes and whether each is frozen.
     List {
         /// Print JSON instead of a table.
         #[arg(long)]
@@ -203,6 +203,7 @@ fn typed(q: &QueueSummary) -> serde_json::Value {
         "min_active": number(&q.min_active),
         "nice": number(&q.nice),
         "ordered": q.ordered,
+        "frozen": q.frozen,
     })
 }
 
@@ -247,8 +248,9 @@ fn list_table(queues: &[QueueSummary]) -> String {
         "MIN_ACTIVE",
         "NICE",
         "ORDERED",
+        "FROZEN",
     ];
-    let rows: Vec<[String; 8]> = queues
+    let rows: Vec<[String; 9]> = queues
         .iter()
         .map(|q| {
             [
@@ -260,6 +262,7 @@ fn list_table(queues: &[QueueSummary]) -> String {
                 q.min_active.clone(),
                 q.nice.clone(),
                 if q.ordered { "yes" } else { "no" }.to_owned(),
+                if q.frozen { "yes" } else { "no" }.to_owned(),
             ]
         })
         .collect();
@@ -276,15 +279,15 @@ mod tests {
             serde_json::from_value(serde_json::json!({
                 "name": name, "affinity_scope": scope, "affinity_strict": "0",
                 "cpumask": "3", "max_active": "256", "min_active": "8", "nice": "0",
-                "ordered": false
+                "ordered": false, "frozen": name == "nfsiod"
             }))
             .unwrap()
         };
         let table = list_table(&[q("rpciod", "default (cache_shard)"), q("nfsiod", "numa")]);
         let want = "\
-NAME    AFFINITY_SCOPE         STRICT  CPUMASK  MAX_ACTIVE  MIN_ACTIVE  NICE  ORDERED
-rpciod  default (cache_shard)       0        3         256           8     0  no
-nfsiod  numa                        0        3         256           8     0  no
+NAME    AFFINITY_SCOPE         STRICT  CPUMASK  MAX_ACTIVE  MIN_ACTIVE  NICE  ORDERED  FROZEN
+rpciod  default (cache_shard)       0        3         256           8     0  no       no
+nfsiod  numa                        0        3         256           8     0  no       yes
 ";
         assert_eq!(table, want);
         let evil = printable(&q("a\x1b[2Jb", "numa\u{9b}1m"));

@@ -550,8 +550,16 @@ fn a_bad_default_scope_in_the_environment_is_warned_about() {
 
 #[test]
 fn bad_input_is_a_usage_error_that_names_it() {
-    let cases: [(&[&str], &str); 14] = [
+    let cases: [(&[&str], &str); 16] = [
         (&["bench", "queue", "--duration", "10y"], "longer than 1h"),
+        (
+            &["bench", "throughput", "--duration", "1s"],
+            "throughput runs a number of items per producer (--items), not for a --duration",
+        ),
+        (
+            &["bench", "scale", "--duration", "1s"],
+            "scale runs a number of items",
+        ),
         (&["bench", "queue", "--duration", "-1"], "negative"),
         (
             &["bench", "queue", "--duration", "abc"],

@@ -30,6 +30,7 @@ impl Target {
                 ordered: false,
             },
             nr_cpu_ids: 2,
+            frozen: false,
         };
         Arc::new(Target {
             state: Mutex::new((

@@ -75,7 +75,11 @@ fn json_follows_the_bench_schema_and_is_reproducible() {
     let mut other = SMALL.to_vec();
     other.extend(["--seed", "9"]);
     let c: serde_json::Value = serde_json::from_slice(&podq(&other).stdout).unwrap();
-    assert_ne!(json["results"][0]["items"], c["results"][0]["items"]);
+    // Another seed, another run: its jitter gives other event counts.
+    assert_ne!(
+        json["results"][0]["sim"]["events"],
+        c["results"][0]["sim"]["events"]
+    );
 }
 
 #[test]
@@ -112,6 +116,42 @@ fn print_cost_lists_every_parameter_with_its_source() {
         .lines()
         .any(|l| l.starts_with("c2c_cross_llc") && l.contains("103")));
     assert!(text.contains("§1.2"));
+    assert!(text
+        .lines()
+        .any(|l| l.starts_with("nic_rate") && l.contains(" 25 ") && l.contains("ConnectX-6")));
+}
+
+#[test]
+fn sensitivity_names_the_parameters_it_cannot_move() {
+    let out = podq(&[
+        "sim",
+        "queue",
+        "--machine",
+        "xeon-12c",
+        "--scopes",
+        "cache",
+        "--strict",
+        "off",
+        "--producers",
+        "2",
+        "--duration",
+        "200us",
+        "--warmup",
+        "0ms",
+        "--sensitivity",
+        "-q",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    // Both are 0 on a single-socket profile.
+    assert!(
+        text.contains(
+            "not swept, 0 here (set them with --cost to try): remote_home, lock_spinner_factor"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("queue cache: base"), "{text}");
+    assert!(text.contains("(seed +1, +2: noise)"), "{text}");
 }
 
 #[test]
@@ -178,6 +218,14 @@ fn input_the_simulator_refuses_is_named() {
         (
             &["sim", "completion", "--cq-placement", "0-3,999"][..],
             "CPU 999",
+        ),
+        (
+            &["sim", "queue", "--io-size", "65536"][..],
+            "--io-size makes no sense",
+        ),
+        (
+            &["sim", "completion", "--io-size", "0"][..],
+            "--io-size 0: an I/O's payload is 1 to 1073741824 bytes",
         ),
     ] {
         let out = podq(args);

@@ -119,6 +119,10 @@ cost_params! {
     queue_call: "ns",
     /// Relative spread of every computed duration, uniform in +/- this share (estimate; breaks lock-step).
     jitter: "share",
+    /// `completion`'s transport: data rate of the client's RDMA port, which every I/O's payload crosses in turn: one 200 Gb/s HDR/200GbE port, 25 GB/s (datasheet, not in the reference: NVIDIA ConnectX-6 VPI adapter manual, up to 200 Gb/s per port in a PCIe Gen4 x16 slot).
+    nic_rate: "GB/s",
+    /// `completion`'s transport: one-way adapter latency, charged on the request and on the reply of each I/O; the server answers at once (datasheet, not in the reference: ConnectX-6 manual, sub-600 ns).
+    nic_latency: "ns",
 }
 
 /// A named machine: a topology shape and its cost parameters.
@@ -172,6 +176,9 @@ fn xeon_2s24c() -> CostParams {
         pool_hold: 40.0,
         queue_call: 30.0,
         jitter: 0.05,
+        // The client's NIC, not its CPU: every profile carries the same one.
+        nic_rate: 25.0,
+        nic_latency: 600.0,
     }
 }
 
@@ -327,6 +334,7 @@ impl CostParams {
             match p.name {
                 "smt_speed" if value == 0.0 || value > 1.0 => return Err(bad("must be in (0, 1]")),
                 "jitter" if value >= 1.0 => return Err(bad("must be below 1")),
+                "nic_rate" if value < 1e-3 => return Err(bad("must be at least 0.001 GB/s")),
                 "mlp" | "slab_lock_every" | "balance_interval" | "slice" if value < 1.0 => {
                     return Err(bad("must be at least 1"))
                 }
@@ -380,7 +388,7 @@ mod tests {
 
     #[test]
     fn every_parameter_documents_its_unit_and_source() {
-        assert_eq!(PARAMS.len(), 32);
+        assert_eq!(PARAMS.len(), 34);
         for p in PARAMS {
             assert!(!p.unit.is_empty() && p.doc.len() > 20, "{}", p.name);
         }
@@ -404,6 +412,7 @@ mod tests {
         assert!(err(r#"{"wakeup": 1}"#, false).contains("unknown parameter `wakeup`"));
         assert!(err(r#"[1]"#, false).contains("JSON object"));
         assert!(err(r#"{"smt_speed": 1.5}"#, false).contains("(0, 1]"));
+        assert!(err(r#"{"nic_rate": 0}"#, false).contains("at least 0.001 GB/s"));
         assert!(err(r#"{"wake": 1}"#, true).contains("`c2c_smt` is missing"));
         assert!(err("{", false).contains("not valid JSON"));
     }

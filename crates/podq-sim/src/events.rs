@@ -24,6 +24,8 @@ pub enum Event {
         /// Where it lands.
         cpu: usize,
     },
+    /// `completion`: I/O `usize`'s reply reaches its CQ.
+    Wire(usize),
     /// Periodic load balance and worker reaping.
     Balance,
     /// The start of `--toggle` segment `index`.

@@ -6,7 +6,8 @@
 //! choice and repatriation, spinning, reaping. What the runtime leaves to the
 //! hardware and the kernel is modelled with named costs ([`cost`]), each with its
 //! source: line transfers by distance, lock hand-offs, wake-ups and C-state exits,
-//! context switches, migrations, SMT sharing, 4 KiB buffer reads and a slab allocator.
+//! context switches, migrations, SMT sharing, 4 KiB buffer reads, a slab allocator and,
+//! for `completion`, the RDMA port's latency and line rate.
 //!
 //! Pure: no threads, clocks or globals. A run is a function of its topology, its
 //! parameters, its workload and its seed; the same inputs give the same output.
@@ -30,8 +31,10 @@
 //!
 //! # What is not modelled
 //! Memory bandwidth saturation, interrupts and softirqs, the node lock of `max_active`
-//! counters, the lock of another pool taken when activating one of its items, and
-//! priorities (`nice`) other than one high class for `completion`'s CQ producers.
+//! counters, the lock of another pool taken when activating one of its items,
+//! priorities (`nice`) other than one high class for `completion`'s CQ producers, and
+//! the NFS server: it answers each request at once, so the transport is the client's
+//! port alone.
 //! Lock waiters spin; a run queue is FIFO (high-priority threads first); a woken
 //! normal thread preempts only after the running one had a full slice.
 
@@ -53,7 +56,9 @@ use serde::Serialize;
 pub use cost::{CostError, CostParams, Machine};
 pub use lock::LockCounts;
 pub use slab::AllocCounts;
-pub use workload::{CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, Workload};
+pub use workload::{
+    CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, Workload, DEFAULT_IO_BYTES,
+};
 
 use engine::{Counters, Role, Sim};
 use events::{Event, Ns};
@@ -69,6 +74,8 @@ pub const MAX_VIRTUAL_NS: Ns = 10_000_000_000;
 pub const MAX_PRODUCERS: usize = 4096;
 /// The largest per-producer depth.
 pub const MAX_DEPTH: usize = 4096;
+/// The largest `completion` I/O payload, bytes (1 GiB).
+pub const MAX_IO_BYTES: u64 = 1 << 30;
 /// The most items or I/Os in flight over all producers (each I/O is a record).
 pub const MAX_IN_FLIGHT: usize = 1 << 20;
 
@@ -188,6 +195,14 @@ fn validate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<(), Si
         Workload::Completion(c) => c.depth,
         _ => 1,
     };
+    if let Workload::Completion(c) = &spec.workload {
+        if c.io_bytes == 0 || c.io_bytes > MAX_IO_BYTES {
+            return bad(format!(
+                "an I/O of {} bytes is outside 1..={MAX_IO_BYTES}",
+                c.io_bytes
+            ));
+        }
+    }
     if depth == 0 || depth > MAX_DEPTH {
         return bad(format!("depth {depth} is outside 1..={MAX_DEPTH}"));
     }
@@ -263,23 +278,31 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         let tid = sim.spawn(Role::Producer(p), CpuSet::single(cpu), cpu, Vec::new());
         sim.threads[tid].high =
             matches!(&spec.workload, Workload::Completion(c) if c.high_priority);
-        let first_io = sim.world.ios.len();
         for _ in 0..depth {
             sim.world.ios.push(Io {
                 producer: p,
                 ..Io::default()
             });
         }
+        // A CQ starts waiting for its I/Os' first replies.
         sim.world.producers.push(Producer {
             tid,
             cpu,
             t0: 0,
-            inflight: 0,
-            waiting: false,
-            free_slots: (first_io..first_io + depth).rev().collect(),
+            inflight: depth,
+            waiting: depth > 0,
+            free_slots: Vec::new(),
             issued: 0,
         });
-        sim.wake(tid, cpu, cpu, None);
+        if depth == 0 {
+            sim.wake(tid, cpu, cpu, None);
+        }
+    }
+    // The first I/Os go out together, one of each CQ's in turn.
+    for k in 0..depth {
+        for p in 0..producer_cpus.len() {
+            sim.transmit(p * depth + k);
+        }
     }
     let (start, length) = match spec.length {
         RunLength::Duration(ns) => (spec.warmup, ns),
@@ -316,6 +339,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
             }
             Event::Step { tid, generation } => sim.on_step(tid, generation),
             Event::Arrive { tid, cpu } => sim.on_arrive(tid, cpu),
+            Event::Wire(io) => sim.on_wire(io),
             Event::Balance => sim.on_balance(),
             Event::Segment(0) => {
                 // The warm-up is over: measure from here.

@@ -6,7 +6,7 @@ use podq_policy::locality;
 
 use crate::distance::buf4k;
 use crate::engine::{Op, Role, Sim, Tid};
-use crate::events::Ns;
+use crate::events::{to_ns, Event, Ns};
 use crate::slab::{Slab, Which};
 use crate::workload::Workload;
 use crate::wq::{KickOut, Pool, Pwq, Wq};
@@ -180,6 +180,9 @@ pub struct World {
     pub target_items: Option<u64>,
     /// The run is over.
     pub stop: bool,
+    /// `completion`: when the transport's port is done with the payloads sent so far,
+    /// ns (fractional: a 4 KiB payload takes 163.84 ns at 25 GB/s).
+    pub port_free: f64,
 }
 
 impl World {
@@ -197,6 +200,7 @@ impl World {
             per_producer: None,
             target_items: None,
             stop: false,
+            port_free: 0.0,
         }
     }
 }
@@ -232,7 +236,7 @@ impl Sim<'_> {
             }
             Act::Alloc(io, which) => self.alloc(tid, io, which),
             Act::Free(io, which) => self.free(tid, io, which),
-            Act::IoDone(io) => self.io_done(tid, io),
+            Act::IoDone(io) => self.io_done(io),
         }
     }
 
@@ -424,18 +428,15 @@ impl Sim<'_> {
                 let call = self.cost.wake_call;
                 self.push_ops(tid, &[Op::Compute(call)]);
             }
-            ItemKind::Slot(p) => self.return_slot(tid, p, None),
+            ItemKind::Slot(p) => self.return_slot(tid, p),
             ItemKind::Rpc(_) | ItemKind::Nfs(_) => {}
         }
     }
 
-    fn return_slot(&mut self, tid: Tid, p: usize, io: Option<usize>) {
+    fn return_slot(&mut self, tid: Tid, p: usize) {
         let cpu = self.threads[tid].cpu;
         let producer = &mut self.world.producers[p];
         producer.inflight -= 1;
-        if let Some(io) = io {
-            producer.free_slots.push(io);
-        }
         if producer.waiting {
             producer.waiting = false;
             let (ptid, home) = (producer.tid, producer.cpu);
@@ -445,11 +446,40 @@ impl Sim<'_> {
         }
     }
 
-    fn io_done(&mut self, tid: Tid, io: usize) {
+    fn io_done(&mut self, io: usize) {
         self.count_item();
         let took = self.now - self.world.ios[io].posted;
         record(&mut self.segment_hists().latency, took);
+        self.transmit(io);
+    }
+
+    /// Sends I/O `io` over the transport: its request reaches the server after the
+    /// adapter's latency, its payload crosses the port after those queued before it,
+    /// and its reply reaches the CQ one latency later (an [`Event::Wire`]).
+    pub fn transmit(&mut self, io: usize) {
+        let Workload::Completion(c) = &self.world.workload else {
+            return;
+        };
+        let latency = self.cost.nic_latency;
+        // GB/s is bytes per ns.
+        let wire = c.io_bytes as f64 / self.cost.nic_rate;
+        let start = (self.now as f64 + latency).max(self.world.port_free);
+        self.world.port_free = start + wire;
+        let at = to_ns(self.world.port_free + latency).max(self.now);
+        self.events.push(at, Event::Wire(io));
+    }
+
+    /// Handles an [`Event::Wire`]: the I/O is its CQ's to handle, and a CQ waiting for
+    /// one is woken (by the adapter's interrupt: no thread pays for the wake-up).
+    pub fn on_wire(&mut self, io: usize) {
         let p = self.world.ios[io].producer;
-        self.return_slot(tid, p, Some(io));
+        let producer = &mut self.world.producers[p];
+        producer.inflight -= 1;
+        producer.free_slots.push(io);
+        if producer.waiting {
+            producer.waiting = false;
+            let (ptid, home) = (producer.tid, producer.cpu);
+            self.wake(ptid, home, home, None);
+        }
     }
 }

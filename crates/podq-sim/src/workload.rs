@@ -45,13 +45,24 @@ pub enum RemoteFree {
     Node,
 }
 
+/// The payload of a `completion` I/O unless a run says otherwise: the 4 KiB buffer the
+/// rpciod stage reads, and the unit of the reported MB/s.
+pub const DEFAULT_IO_BYTES: u64 = 4096;
+
 /// The NFS-over-RDMA miniature (`podq bench completion`).
+///
+/// An I/O whose nfsiod stage is done goes back through the transport (the cost
+/// model's `nic_*`): its request and reply each take the adapter's latency, and its
+/// payload crosses the one port after the payloads before it, at the port's rate.
+/// Its CQ handles it when it arrives.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CompletionSpec {
     /// The CPU of each completion producer (CQ).
     pub producer_cpus: Vec<usize>,
     /// I/Os in flight per producer.
     pub depth: usize,
+    /// Payload of an I/O on the transport, bytes ([`DEFAULT_IO_BYTES`]).
+    pub io_bytes: u64,
     /// Allocator object size, bytes.
     pub object_size: usize,
     /// Objects per CPU cache.

@@ -14,6 +14,7 @@ fn run(moves: Vec<Vec<usize>>, scope: Scope) -> podq_sim::SimOutput {
         workload: Workload::Completion(CompletionSpec {
             producer_cpus: moves[0].clone(),
             depth: 16,
+            io_bytes: podq_sim::DEFAULT_IO_BYTES,
             object_size: 256,
             alloc_cache: 16,
             remote_free: RemoteFree::Cpu,

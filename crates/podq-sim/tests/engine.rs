@@ -16,6 +16,7 @@ fn completion(cpus: Vec<usize>) -> Workload {
     Workload::Completion(CompletionSpec {
         producer_cpus: cpus,
         depth: 4,
+        io_bytes: podq_sim::DEFAULT_IO_BYTES,
         object_size: 256,
         alloc_cache: 16,
         remote_free: RemoteFree::Cpu,
@@ -283,4 +284,63 @@ fn bad_runs_are_refused_with_the_reason() {
     let big = Topology::synthetic("2s32c20t").unwrap();
     let e = simulate(&big, &params, &spec(queue(vec![0]), RunLength::Items(1)));
     assert!(e.err().unwrap().to_string().contains("at most 1024"));
+}
+
+/// A slow port caps the I/Os: at 0.1 GB/s a 4 KiB payload takes 40.96 us on the
+/// wire, far more than the 22 us of CPU an I/O costs, so one CQ completes one I/O per
+/// 40.96 us however its queue is set up (20 ms measured: 488.3 of them).
+#[test]
+fn the_transport_caps_io_at_the_ports_line_rate() {
+    let (topo, mut params) = machine("xeon-12c");
+    params.nic_rate = 0.1;
+    for scope in [Scope::Cpu, Scope::Cache] {
+        let spec = RunSpec {
+            workload: completion(vec![0]),
+            queue: QueueSpec::new("rpciod", scope, false),
+            length: RunLength::Duration(20_000_000),
+            warmup: 2_000_000,
+            seed: 1,
+        };
+        let s = &run(&topo, &params, &spec).segments[0];
+        assert!((487..=489).contains(&s.items), "{scope}: {}", s.items);
+    }
+    // At the profile's 25 GB/s the same CQ is bound by its CPU time instead.
+    let (_, fast) = machine("xeon-12c");
+    let spec = RunSpec {
+        workload: completion(vec![0]),
+        queue: QueueSpec::new("rpciod", Scope::Cache, false),
+        length: RunLength::Duration(20_000_000),
+        warmup: 2_000_000,
+        seed: 1,
+    };
+    assert!(run(&topo, &fast, &spec).segments[0].items > 2 * 489);
+}
+
+#[test]
+fn an_empty_or_huge_io_is_refused() {
+    let (topo, params) = machine("xeon-12c");
+    for bytes in [0, podq_sim::MAX_IO_BYTES + 1] {
+        let Workload::Completion(c) = completion(vec![0]) else {
+            unreachable!()
+        };
+        let spec = RunSpec {
+            workload: Workload::Completion(CompletionSpec {
+                io_bytes: bytes,
+                ..c
+            }),
+            queue: QueueSpec::new("rpciod", Scope::Cache, false),
+            length: RunLength::Duration(1_000_000),
+            warmup: 0,
+            seed: 1,
+        };
+        let Err(err) = simulate(&topo, &params, &spec) else {
+            panic!("an I/O of {bytes} bytes was accepted");
+        };
+        assert!(
+            err.to_string().contains(&format!(
+                "an I/O of {bytes} bytes is outside 1..=1073741824"
+            )),
+            "{err}"
+        );
+    }
 }

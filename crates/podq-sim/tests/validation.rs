@@ -41,9 +41,14 @@ fn normal(cpus: Vec<usize>, toggle: Vec<Scope>) -> Workload {
 }
 
 fn with_priority(cpus: Vec<usize>, toggle: Vec<Scope>, high_priority: bool) -> Workload {
+    with_io(cpus, toggle, high_priority, podq_sim::DEFAULT_IO_BYTES)
+}
+
+fn with_io(cpus: Vec<usize>, toggle: Vec<Scope>, high_priority: bool, io_bytes: u64) -> Workload {
     Workload::Completion(CompletionSpec {
         producer_cpus: cpus,
         depth: 16,
+        io_bytes,
         object_size: 256,
         alloc_cache: 16,
         remote_free: RemoteFree::Cpu,
@@ -111,6 +116,36 @@ fn e1e_cpu_below_smt_cache_shard_and_numa_within_a_few_percent_e1d_strict_smt_wo
     assert!(strict * 1.1 < smt, "strict {strict:.0} non-strict {smt:.0}");
 }
 
+/// E1's 17/15 split, as `--cq-placement 0-16,24-38`.
+fn split() -> Vec<usize> {
+    (0..17).chain(24..39).collect()
+}
+
+/// E1d's split runs: the strict penalty vanishes once the transport, not the CPUs,
+/// sets the pace. With 16 KiB I/Os one 200 Gb/s port carries 1.53 M I/Os/s, less than
+/// either split run can handle, and both run at the port's rate; with 4 KiB I/Os (6.1
+/// M/s) the runs are CPU-bound and strict smt stays behind.
+#[test]
+fn e1d_split_cqs_the_strict_penalty_vanishes_when_the_transport_binds() {
+    let (_, params) = machine("xeon-2s24c");
+    let split_rate = |io_bytes, strict| {
+        let workload = with_io(split(), vec![], true, io_bytes);
+        rate(&run("xeon-2s24c", workload, Scope::Smt, strict)[0])
+    };
+    let port = params.nic_rate * 1e9 / 16384.0;
+    let (loose, strict) = (split_rate(16384, false), split_rate(16384, true));
+    assert!(loose > 0.97 * port, "non-strict {loose:.0}, port {port:.0}");
+    assert!(
+        strict > 0.98 * loose,
+        "strict {strict:.0} non-strict {loose:.0}"
+    );
+    let (loose, strict) = (split_rate(4096, false), split_rate(4096, true));
+    assert!(
+        strict * 1.1 < loose,
+        "4 KiB: strict {strict:.0} non-strict {loose:.0}"
+    );
+}
+
 /// With CQs as ordinary threads, node 1 idles far more than node 0. (With
 /// high-priority CQs it is the other way round: README, "What it predicts".)
 #[test]
@@ -132,9 +167,11 @@ fn e1b_normal_priority_cqs_all_on_node0_node1_idles_far_more() {
     );
 }
 
-/// Each segment lasts the validation length. Node 0's idle share follows throughput
-/// only once a segment is long enough for the old pwqs to drain and the balancer to
-/// settle (30 ms or more), so it is checked at that length (`.ci/run` uses 45 ms).
+/// Each segment lasts the validation length. With ordinary CQs, cache_shard's rate
+/// depends on the seed (the README's "bimodal" case): the toggle moves throughput and
+/// node 0's idle share together reliably only once a segment is long enough for the
+/// old pwqs to drain and the balancer to settle, so those are checked from 45 ms (what
+/// `.ci/run` uses; at 45 ms seeds 1-6 all show the throughput move).
 ///
 /// With CQs as ordinary threads (bench's miniature), and E1e's rise continuing to
 /// `cache`: the toggle's first segment is the smt run, measured over the same length
@@ -146,8 +183,8 @@ fn e1c_e1e_normal_priority_cqs_toggle_moves_throughput_and_node0_idle_smt_below_
     let r: Vec<f64> = segs.iter().map(rate).collect();
     let cache = rate(&run("xeon-2s24c", normal(node0(), vec![]), Scope::Cache, false)[0]);
     assert!(r[0] * 1.1 < cache, "smt {:.0} cache {cache:.0}", r[0]);
-    assert!(r[1] > r[0] * 1.05 && r[1] > r[2] * 1.05, "{r:?}");
-    if virtual_ns() >= 30_000_000 {
+    if virtual_ns() >= 45_000_000 {
+        assert!(r[1] > r[0] * 1.05 && r[1] > r[2] * 1.05, "{r:?}");
         let idle0: Vec<f64> = segs.iter().map(|s| s.idle_per_node[0].1).collect();
         assert!(idle0[1] > idle0[0] && idle0[1] > idle0[2], "{idle0:?}");
     }

@@ -92,6 +92,22 @@ pub enum Error {
     /// [`crate::Work::enable`] on an item that is not disabled.
     #[error("work item is not disabled: nothing to enable")]
     NotDisabled,
+    /// [`crate::Workqueue::freeze`] called from one of the workqueue's own items: it
+    /// waits until none of them runs, so it would wait for itself.
+    #[error(
+        "workqueue `{wq}` cannot be frozen from one of its own items: freeze waits until none runs"
+    )]
+    FreezeFromOwnItem {
+        /// The workqueue.
+        wq: String,
+    },
+    /// [`crate::Workqueue::freeze`] gave up waiting for the running items because the
+    /// workqueue was thawed meanwhile.
+    #[error("workqueue `{wq}` was thawed before its running items finished")]
+    ThawedWhileFreezing {
+        /// The workqueue.
+        wq: String,
+    },
     /// A stall the watchdog found (told to error hooks, see [`crate::watchdog`]).
     #[error("{0}")]
     Stall(crate::watchdog::Stall),

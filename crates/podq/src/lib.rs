@@ -48,6 +48,9 @@
 //!   aborts the process.
 //! - [`Work::enable`] on an item that is not disabled, and [`Work::disable`] past 65535
 //!   levels, are errors (the kernel warns).
+//! - [`Workqueue::freeze`] freezes one workqueue (the kernel freezes every freezable
+//!   one at once, for suspend) by marking its pwqs frozen instead of setting their
+//!   `max_active` to 0; dropping or shutting down a frozen workqueue thaws it first.
 //! - [`Scope::Auto`] has no kernel counterpart: the workqueue chooses its scope from
 //!   its statistics (see [`auto`]).
 //!
@@ -83,7 +86,7 @@
 //! | C | a work item's waiters (with its condvar) | `work::state` |
 //! | D | a spawned item's closure, owned by the holder of its queue entry | `join` |
 //! | O | a spawned item's result, written before its `DONE` bit, then the handle's | `join` |
-//! | V | a spawned item's waiter `Spawned::waiter` | `join` |
+//! | V | a spawned item's waiter, under its `WAITER_LOCK` bit | `join` |
 //! | Z | `FlushDomain::serial` (one flusher at a time) | `workqueue::flush` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
 //! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |
@@ -133,6 +136,7 @@ mod sync;
 #[cfg(any(test, feature = "test-util"))]
 pub mod testing;
 mod threads;
+mod trace;
 pub mod watchdog;
 mod work;
 mod workqueue;

@@ -336,6 +336,7 @@ impl PoolCore {
     /// Appends activated items to the worklist in one acquisition, without a kick: the
     /// caller kicks once it has released the pwq lock.
     pub(crate) fn push_many(&self, entries: impl ExactSizeIterator<Item = Entry>) {
+        let entries = entries.inspect(crate::trace::activate_work);
         self.worklist.push_many(entries, &self.stats.enqueue_lock);
     }
 
@@ -346,6 +347,7 @@ impl PoolCore {
     /// caller keeps the pool alive until then.
     #[must_use]
     pub(crate) fn push(self: &Arc<Self>, entry: Entry) -> Option<Arc<PoolCore>> {
+        crate::trace::activate_work(&entry);
         self.worklist.push(entry, &self.stats.enqueue_lock);
         self.kick_wanted().then(|| Arc::clone(self))
     }
@@ -425,7 +427,7 @@ impl PoolCore {
     }
 
     /// The CPU (workqueue topology numbering) a worker of this pool runs on now.
-    fn worker_cpu(&self) -> usize {
+    pub(crate) fn worker_cpu(&self) -> usize {
         let real = cpu::real_cpu();
         self.virt_of_real
             .get(real)

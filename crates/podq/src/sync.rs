@@ -39,6 +39,26 @@ pub(crate) fn seqcst_pair_fence() {
     fence(Ordering::SeqCst);
 }
 
+/// One step of a short spin on a flag another thread holds for a few instructions:
+/// pause loops, then yields (the holder may have been preempted). Under loom, a yield.
+#[inline]
+pub(crate) fn spin_wait(spins: &mut u32) {
+    #[cfg(not(loom))]
+    {
+        if *spins < 64 {
+            *spins += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+    #[cfg(loom)]
+    {
+        let _ = spins;
+        loom::thread::yield_now();
+    }
+}
+
 /// A cell whose contents the caller synchronises: std's `UnsafeCell` normally, loom's
 /// (which checks the accesses) under `cfg(loom)`.
 #[cfg(loom)]

@@ -49,7 +49,7 @@ pub(crate) struct WorkInner {
     /// I: the function.
     func: Box<dyn Fn() + Send + Sync>,
     /// I: the label given by [`Work::named`].
-    label: Option<Arc<str>>,
+    pub(crate) label: Option<Arc<str>>,
 }
 
 impl fmt::Debug for Work {

@@ -4,7 +4,7 @@
 //! default scope), `apply.rs` (attribute changes), `refresh.rs` (re-reading the usable
 //! CPUs), `teardown.rs` (dropping the last handle), `flush.rs` (flush colours and
 //! in-flight counts), `completions.rs` (a worker's batched completions), `control.rs`
-//! (the control plane's view).
+//! (the control plane's view), `freeze.rs` (freezing and thawing).
 //!
 //! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
 //! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
@@ -25,6 +25,7 @@ mod congested;
 mod control;
 mod dump;
 pub(crate) mod flush;
+mod freeze;
 mod min_active;
 mod named;
 mod node;
@@ -90,9 +91,10 @@ thread_local! {
 ///
 /// # Shutdown
 /// Dropping the last handle (`destroy_workqueue`):
-/// 1. Queued items, on worklists or waiting for an active slot, all run: the drop
-///    drains the workqueue, accepting only chained queueing from its own items; timers
-///    that fire meanwhile queue their items, which run too.
+/// 1. Queued items, on worklists or waiting for an active slot, all run (a frozen
+///    workqueue is thawed first: [`Workqueue::freeze`]): the drop drains the
+///    workqueue, accepting only chained queueing from its own items; timers that fire
+///    meanwhile queue their items, which run too.
 /// 2. Running items are waited for.
 /// 3. Delayed items still on the timer are cancelled: they are idle again (free to be
 ///    queued elsewhere) and never fire. The kernel leaves them to the caller.
@@ -204,6 +206,8 @@ pub(crate) struct WqShared {
     pub(crate) threads: Arc<crate::threads::ThreadOptions>,
     /// I (findings WD): its watchdog thresholds and what the watchdog found.
     pub(crate) watch: crate::watchdog::WqWatch,
+    /// A (stored under M): whether it is frozen (`freeze.rs`).
+    freeze: freeze::Freeze,
 }
 
 /// A pool_workqueue: one workqueue's link to one pool.
@@ -218,10 +222,10 @@ pub(crate) struct Pwq {
     /// in the current table, and whether it retired (then queue calls that find it
     /// retry); see `flush.rs`.
     in_flight: InFlight,
-    /// A: new items must take the pwq lock: it has inactive items, is plugged or is
-    /// on its node's pending list. Stored (`SeqCst`) under the pwq lock when one of
-    /// those changes; a queuer that loads it clear skips the lock and only tries a
-    /// node slot — it cannot overtake an item whose queue call returned before its own
+    /// A: new items must take the pwq lock: it has inactive items, is plugged, is
+    /// frozen or is on its node's pending list. Stored (`SeqCst`) under the pwq lock
+    /// when one of those changes; a queuer that loads it clear skips the lock and
+    /// only tries a node slot — it cannot overtake an item whose queue call returned before its own
     /// began, since that item's store of the gate happened before the load.
     gate: AtomicBool,
     /// P: the pwq lock.
@@ -273,6 +277,8 @@ struct PwqState {
     on_pending: bool,
     /// Ordered workqueues: may not activate until older pwqs are gone.
     plugged: bool,
+    /// The workqueue is frozen: nothing activates until it thaws (`freeze.rs`).
+    frozen: bool,
 }
 
 impl fmt::Debug for Workqueue {
@@ -610,7 +616,8 @@ impl WqShared {
     ) -> Result<(), Task> {
         let queued_cpu = cpu::current_cpu();
         // The table stays read-locked until the item is on its way: it keeps the pwq and
-        // its pool alive without another reference count per item.
+        // its pool alive without another reference count per item, and lets `freeze`
+        // wait out queue calls that passed the gate before it closed (`freeze.rs`).
         let mut table;
         let (pwq, colour) = loop {
             if self.destroyed.load(SeqCst) || (!from_timer && self.check_accepting().is_err()) {
@@ -640,6 +647,7 @@ impl WqShared {
                 queued_at: crate::stats::sample_stamp(),
             },
         };
+        crate::trace::queue_work(&entry, cpu, queued_cpu);
         // The table lock ends before any kick: waking or starting a worker may call
         // an error hook (thread creation failed), which may change this workqueue.
         let mut join_pending = false;
@@ -703,17 +711,21 @@ impl WqShared {
     /// Activates waiting items of `node` while slots are free (`node_activate_pending_pwq`),
     /// serving pwqs round-robin in turns (`policy::activation`).
     fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
-        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN) {
+        // The pwq of the last turn, if it still has waiting items: back on the list at
+        // the next `take_pending`. Until then it stays `on_pending` (queuers do not
+        // join for it), and this loop runs that call before it stops.
+        let mut back = None;
+        while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN, back.take()) {
             let mut st = lock(&pwq.state);
+            let mut requeued = false;
             let count = match policy::activation(st.queue(), slots) {
                 Activation::Leave => {
                     st.on_pending = false;
                     0
                 }
                 Activation::Take { count, requeue } => {
-                    if requeue {
-                        node.push_pending(Arc::clone(&pwq));
-                    } else {
+                    requeued = requeue;
+                    if !requeue {
                         st.on_pending = false;
                     }
                     pwq.pool.core.push_many(st.inactive.drain(..count));
@@ -731,6 +743,9 @@ impl WqShared {
             }
             if count > 0 {
                 pwq.pool.core.kick();
+            }
+            if requeued {
+                back = Some(pwq);
             }
         }
     }
@@ -849,7 +864,8 @@ impl PwqState {
     fn queue(&self) -> PwqQueue {
         PwqQueue {
             inactive: self.inactive.len(),
-            plugged: self.plugged,
+            // To admission and activation a frozen pwq is a plugged one.
+            plugged: self.plugged || self.frozen,
             on_pending: self.on_pending,
         }
     }
@@ -858,23 +874,27 @@ impl PwqState {
 impl Pwq {
     /// A pwq of `wq` on `pool`, in the current table from the start.
     fn new(wq: Arc<WqShared>, pool: Arc<Pool>, node: usize, plugged: bool) -> Pwq {
+        // Made under `config`, as freezing and thawing are: a frozen workqueue's new
+        // pwqs start frozen.
+        let frozen = wq.freeze.is_frozen();
         Pwq {
             wq,
             pool,
             node,
             in_flight: InFlight::default(),
-            gate: AtomicBool::new(plugged),
+            gate: AtomicBool::new(plugged || frozen),
             state: Mutex::new(PwqState {
                 inactive: VecDeque::new(),
                 on_pending: false,
                 plugged,
+                frozen,
             }),
         }
     }
 
     /// Stores the gate from the state (call under the pwq lock after changing it).
     fn set_gate(&self, st: &PwqState) {
-        let gate = !st.inactive.is_empty() || st.plugged || st.on_pending;
+        let gate = !st.inactive.is_empty() || st.plugged || st.on_pending || st.frozen;
         // Written only under the pwq lock, which the caller holds: an unchanged value
         // needs no store (in a flood every queue call lands here with the gate shut).
         if self.gate.load(Relaxed) != gate {

@@ -570,3 +570,32 @@ fn a_workqueue_panic_hook_replaces_the_process_wide_one() {
         vec![("t-own-panic-hook".to_owned(), "boom".to_owned())]
     );
 }
+
+#[test]
+fn an_ordered_workqueue_refuses_a_max_active_above_one() {
+    let refused = Workqueue::builder("t-ordered-max-active")
+        .ordered(true)
+        .max_active(4)
+        .build()
+        .unwrap_err();
+    assert!(
+        matches!(
+            refused,
+            podq::Error::Ordered {
+                what: "max_active",
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        refused.to_string(),
+        "workqueue `t-ordered-max-active` is ordered: max_active cannot change"
+    );
+    let one = Workqueue::builder("t-ordered-max-active-1")
+        .ordered(true)
+        .max_active(1)
+        .build()
+        .unwrap();
+    assert_eq!(one.attrs().max_active, 1);
+}

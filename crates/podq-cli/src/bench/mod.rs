@@ -111,7 +111,7 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "both")]
     pub strict: StrictArg,
     /// Wall time of each measured run, e.g. 500ms, 2s, 1m; at most 1h [default: 1s;
-    /// completion and idle 3s].
+    /// completion and idle 3s; not for throughput, scale and memory, which run a count].
     #[arg(long, value_parser = parse_run_duration, allow_hyphen_values = true, conflicts_with = "items")]
     pub duration: Option<Duration>,
     /// Items per producer per run, instead of a duration, 1 to 10^12 (`throughput`
@@ -535,6 +535,12 @@ fn validate(args: &BenchArgs) -> Result<()> {
         return Err(usage(
             "memory queues a number of items (--items), not for a --duration",
         ));
+    }
+    if matches!(args.workload, Workload::Throughput | Workload::Scale) && args.duration.is_some() {
+        return Err(usage(format!(
+            "{} runs a number of items per producer (--items), not for a --duration",
+            format!("{:?}", args.workload).to_lowercase()
+        )));
     }
     if !args.toggle.is_empty() && args.items.is_some() {
         return Err(usage("--toggle needs --duration, not --items"));

@@ -55,6 +55,7 @@ pub fn workload(test: &Test, topology: &Topology, cq_high_priority: bool) -> Opt
         Test::Completion(c) => Workload::Completion(CompletionSpec {
             producer_cpus: c.producer_cpus.clone(),
             depth: c.depth,
+            io_bytes: podq_sim::DEFAULT_IO_BYTES,
             object_size: c.alloc.object_size,
             alloc_cache: c.alloc.cache_size,
             remote_free: match c.alloc.remote {

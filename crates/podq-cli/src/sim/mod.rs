@@ -127,6 +127,10 @@ pub struct SimArgs {
     /// `podq::policy::auto::AutoConfig`; missing ones keep their defaults).
     #[arg(long, value_name = "FILE.json")]
     pub auto_config: Option<PathBuf>,
+    /// `completion`: an I/O's payload in bytes, which crosses the transport (the cost
+    /// model's `nic_rate`) and is the unit of MB/s, 1 to 1073741824 [default: 4096].
+    #[arg(long, value_name = "BYTES")]
+    pub io_size: Option<u64>,
     /// `completion`: allocator object size in bytes.
     #[arg(long, default_value_t = 256)]
     pub object_size: usize,
@@ -312,6 +316,15 @@ fn validate(args: &SimArgs) -> Result<()> {
     only(!args.toggle.is_empty(), "--toggle", &[Completion])?;
     only(!args.cq_move.is_empty(), "--cq-move", &[Completion])?;
     only(args.cq.is_some(), "--cq", &[Completion])?;
+    only(args.io_size.is_some(), "--io-size", &[Completion])?;
+    if let Some(bytes) = args.io_size {
+        if bytes == 0 || bytes > podq_sim::MAX_IO_BYTES {
+            return Err(usage(format!(
+                "--io-size {bytes}: an I/O's payload is 1 to {} bytes",
+                podq_sim::MAX_IO_BYTES
+            )));
+        }
+    }
     only(args.depth.is_some(), "--depth", &[Completion, Throughput])?;
     only(
         args.producers.is_some(),
@@ -402,9 +415,12 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
     let high_priority = args.cq_priority == CqPriority::High;
     let mut out = Vec::new();
     for test in define::tests(which, &options(args), topology)? {
-        let Some(workload) = backend::workload(&test, topology, high_priority) else {
+        let Some(mut workload) = backend::workload(&test, topology, high_priority) else {
             continue;
         };
+        if let (podq_sim::Workload::Completion(c), Some(bytes)) = (&mut workload, args.io_size) {
+            c.io_bytes = bytes;
+        }
         let scopes = if args.toggle.is_empty() {
             scopes.clone()
         } else {

@@ -159,9 +159,13 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
     let seconds = seg.seconds;
     let rate = |n: u64| n as f64 / seconds.max(f64::MIN_POSITIVE);
     let completion = matches!(w, Workload::Completion(_)).then(|| {
+        let io_bytes = match w {
+            Workload::Completion(c) => c.io_bytes,
+            _ => podq_sim::DEFAULT_IO_BYTES,
+        };
         let a = &seg.alloc.counts;
         CompletionDetail {
-            mb_per_sec: seg.items as f64 * 4096.0 / seconds.max(f64::MIN_POSITIVE) / 1e6,
+            mb_per_sec: seg.items as f64 * io_bytes as f64 / seconds.max(f64::MIN_POSITIVE) / 1e6,
             idle_per_cpu: seg.idle_per_cpu.iter().map(|&(_, i)| i).collect(),
             idle_per_node: seg.idle_per_node.iter().map(|&(_, i)| i).collect(),
             allocator: AllocCounts {
@@ -308,6 +312,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "cq_placement": args.cq_placement,
         "depth": args.depth,
         "toggle": args.toggle,
+        "io_size": args.io_size.unwrap_or(podq_sim::DEFAULT_IO_BYTES),
         "object_size": args.object_size,
         "alloc_cache": args.alloc_cache,
         "remote_free": format!("{:?}", args.remote_free).to_lowercase(),
@@ -507,8 +512,10 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
             })
             .collect();
         out.push_str(&format!(
-            "\ncompletion: {} CQ producer(s) -> rpciod -> nfsiod, 4 KiB per I/O; lock columns: contended share\n{}",
+            "\ncompletion: {} CQ producer(s) -> rpciod -> nfsiod, {} B per I/O over a {} GB/s port; lock columns: contended share\n{}",
             completion[0].run.producers,
+            args.io_size.unwrap_or(podq_sim::DEFAULT_IO_BYTES),
+            setup.params.nic_rate,
             report::table(
                 &[
                     "rpciod scope", "MB/s", "p50", "p99", "alloc lock", "alloc wait", "enqueue",

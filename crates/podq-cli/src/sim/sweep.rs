@@ -27,6 +27,19 @@ pub fn run(cases: &[Case], setup: &Setup, progress: &ProgressBar) -> Result<Stri
         "podq sim sensitivity: machine {}, each parameter x0.5 and x2 alone; change of items/s (latency: clat p50)\n",
         setup.machine.name
     );
+    // Scaling cannot move a parameter that is 0; name them rather than let them pass
+    // for parameters that do not matter.
+    let zero: Vec<&str> = PARAMS
+        .iter()
+        .filter(|p| setup.params.get(p.name) == Some(0.0))
+        .map(|p| p.name)
+        .collect();
+    if !zero.is_empty() {
+        out.push_str(&format!(
+            "not swept, 0 here (set them with --cost to try): {}\n",
+            zero.join(", ")
+        ));
+    }
     for case in cases {
         let base = metric(case, setup, &setup.params)?;
         progress.inc(1);

@@ -69,6 +69,7 @@ impl MockTarget {
             name: name.to_owned(),
             attrs: a,
             nr_cpu_ids: 2,
+            frozen: false,
         };
         MockTarget {
             state: Mutex::new(State {

@@ -211,6 +211,7 @@ mod tests {
         assert_eq!(names, ["nfsiod", "ordered_wq", "rpciod"]);
         assert_eq!(queues[2].affinity_scope, "default (cache_shard)");
         assert_eq!(queues[2].cpumask, "3");
+        assert!(queues.iter().all(|q| !q.frozen));
         let reply = req(r#"{"cmd":"stats","queue":"rpciod"}"#);
         let stats = reply.stats.unwrap();
         assert_eq!(stats.len(), 1);

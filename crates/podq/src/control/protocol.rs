@@ -96,6 +96,9 @@ pub struct QueueSummary {
     pub nice: String,
     /// Whether the workqueue is ordered.
     pub ordered: bool,
+    /// Whether it is frozen (false from a server that does not report it).
+    #[serde(default)]
+    pub frozen: bool,
 }
 
 impl QueueSummary {
@@ -111,6 +114,7 @@ impl QueueSummary {
             min_active: value(Attr::MinActive),
             nice: value(Attr::Nice),
             ordered: info.attrs.ordered,
+            frozen: info.frozen,
         }
     }
 }

@@ -20,6 +20,8 @@ pub(crate) trait ControlledQueue: Send + Sync {
     fn attrs(&self) -> QueueAttrs;
     /// The highest possible CPU of the queue's topology plus one.
     fn nr_cpu_ids(&self) -> usize;
+    /// Whether it is frozen.
+    fn frozen(&self) -> bool;
     /// Applies one attribute; a refusal is [`ControlError::Rejected`] with the reason.
     fn apply(&self, value: AttrValue) -> Result<(), ControlError>;
     /// The stats snapshot.
@@ -126,6 +128,7 @@ fn info(name: String, queue: &dyn ControlledQueue) -> QueueInfo {
         name,
         attrs: queue.attrs(),
         nr_cpu_ids: queue.nr_cpu_ids(),
+        frozen: queue.frozen(),
     }
 }
 
@@ -195,6 +198,9 @@ mod tests {
         fn nr_cpu_ids(&self) -> usize {
             16
         }
+        fn frozen(&self) -> bool {
+            false
+        }
         fn apply(&self, value: AttrValue) -> Result<(), ControlError> {
             match value {
                 AttrValue::Nice(n) => self.attrs.lock().unwrap().nice = n,
@@ -215,6 +221,7 @@ mod tests {
             crate::WorkqueueDump {
                 name: self.name.to_owned(),
                 ordered: a.ordered,
+                frozen: false,
                 max_active: a.max_active,
                 min_active: a.min_active,
                 in_flight: 0,

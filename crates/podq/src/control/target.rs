@@ -18,6 +18,8 @@ pub struct QueueInfo {
     /// The highest possible CPU of its topology plus one: the width of its cpumask
     /// values (a queue on a synthetic topology has its own CPU numbering).
     pub nr_cpu_ids: usize,
+    /// Whether it is frozen ([`crate::Workqueue::freeze`]).
+    pub frozen: bool,
 }
 
 /// What the control server controls: the workqueues that opted in, and the process-wide

@@ -12,6 +12,7 @@ use crate::policy;
 use crate::stats::{Recorder, WorkerCounters};
 use crate::sync::Ordering::SeqCst;
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, Mutex, MutexGuard};
+use crate::trace;
 use crate::work::Start;
 use std::sync::Arc;
 
@@ -209,7 +210,9 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
     let Entry { task, meta } = entry;
     let (work, mut seq) = match task {
         Task::Once(task) => {
+            let traced = trace::execute_start(trace::Item::Once(&task), &meta, pool);
             execute(pool, mine, &meta, 0, || task.run());
+            trace::execute_end(traced);
             return context::complete(meta);
         }
         Task::Work { work, seq } => (work, seq),
@@ -242,7 +245,9 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
     }
     let addr = Arc::as_ptr(&work) as usize;
     loop {
+        let traced = trace::execute_start(trace::Item::Work(&work), &meta, pool);
         execute(pool, mine, &meta, addr, || work.run());
+        trace::execute_end(traced);
         context::complete(meta);
         loop {
             let Some(next) = work.state.finish() else {

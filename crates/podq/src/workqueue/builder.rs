@@ -29,7 +29,7 @@ pub struct WorkqueueBuilder {
     scope: Scope,
     strict: bool,
     cpumask: Option<CpuSet>,
-    max_active: usize,
+    max_active: Option<usize>,
     min_active: Option<usize>,
     ordered: bool,
     nice: i32,
@@ -110,8 +110,10 @@ impl WorkqueueBuilder {
         self
     }
 
-    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`);
-    /// ignored for ordered workqueues, which run one at a time.
+    /// Limit of active items, `1..=2048` (default 1024, the kernel's `WQ_DFL_ACTIVE`).
+    /// An ordered workqueue runs one item at a time: any other value than 1 is refused
+    /// for it ([`Error::Ordered`]), where the kernel's `alloc_ordered_workqueue` takes
+    /// none.
     ///
     /// Enforced per NUMA node, as the kernel does: each node of the workqueue's
     /// cpumask gets a share proportional to its CPUs, rounded up and never below
@@ -120,7 +122,7 @@ impl WorkqueueBuilder {
     /// more than `max_active`: `max_active(3)` on a 2-node topology lets up to 6 items
     /// run, 3 on each node ([`policy::node_limits`]).
     pub fn max_active(mut self, n: usize) -> Self {
-        self.max_active = n;
+        self.max_active = Some(n);
         self
     }
 
@@ -310,6 +312,13 @@ impl WorkqueueBuilder {
                 what: "min_active",
             });
         }
+        if self.ordered && self.max_active.is_some_and(|n| n != 1) {
+            return Err(Error::Ordered {
+                wq: self.name,
+                what: "max_active",
+            });
+        }
+        let max_active = self.max_active.unwrap_or(policy::WQ_DFL_ACTIVE);
         if let Some(t) = self.stall_threshold {
             crate::watchdog::check("stall", t)?;
         }
@@ -341,10 +350,10 @@ impl WorkqueueBuilder {
             strict: self.strict,
             cpumask,
             nice: self.nice,
-            max_active: if self.ordered { 1 } else { self.max_active },
-            min_active: self.min_active.unwrap_or_else(|| {
-                policy::min_active(if self.ordered { 1 } else { self.max_active })
-            }),
+            max_active: if self.ordered { 1 } else { max_active },
+            min_active: self
+                .min_active
+                .unwrap_or_else(|| policy::min_active(if self.ordered { 1 } else { max_active })),
             ordered: self.ordered,
         };
         attrs::validate(&attrs)?;
@@ -389,6 +398,7 @@ impl WorkqueueBuilder {
             error_hook: self.error_hook,
             threads,
             watch: crate::watchdog::WqWatch::new(self.stall_threshold, self.long_item_threshold),
+            freeze: super::freeze::Freeze::default(),
         });
         {
             let mut cfg = lock(&shared.config);
@@ -420,7 +430,7 @@ impl Workqueue {
             scope: Scope::Default,
             strict: false,
             cpumask: None,
-            max_active: policy::WQ_DFL_ACTIVE,
+            max_active: None,
             min_active: None,
             ordered: false,
             nice: 0,

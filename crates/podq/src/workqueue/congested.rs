@@ -9,7 +9,7 @@ use crate::{Error, Workqueue};
 impl Workqueue {
     /// Whether an item queued on the pod of `cpu` now would wait before it starts: the
     /// pod's pool_workqueue has items waiting for an active slot (or is plugged behind
-    /// an older one, for ordered workqueues), its node's share of `max_active` is used
+    /// an older one, for ordered workqueues, or the workqueue is frozen), its node's share of `max_active` is used
     /// up, or its pool's worklist already holds items no worker has taken. An advisory
     /// snapshot, unsynchronised as in the kernel (which looks at the inactive list
     /// only). A CPU outside the workqueue's effective cpumask is refused
@@ -44,7 +44,7 @@ impl Workqueue {
         };
         let waiting = {
             let st = lock(&pwq.state);
-            !st.inactive.is_empty() || st.plugged
+            !st.inactive.is_empty() || st.plugged || st.frozen
         };
         Ok(waiting || wq.nodes[pwq.node].is_full() || pwq.pool.core.worklist_len() > 0)
     }

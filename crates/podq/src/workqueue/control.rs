@@ -53,6 +53,10 @@ impl ControlledQueue for WqHandle {
         }
     }
 
+    fn frozen(&self) -> bool {
+        self.shared.freeze.is_frozen()
+    }
+
     fn nr_cpu_ids(&self) -> usize {
         self.shared.topology.possible().last().map_or(1, |c| c + 1)
     }

@@ -19,6 +19,9 @@ pub struct WorkqueueDump {
     pub name: String,
     /// Whether it is ordered.
     pub ordered: bool,
+    /// Whether it is frozen ([`Workqueue::freeze`]): its items wait until it thaws.
+    #[serde(default)]
+    pub frozen: bool,
     /// Its `max_active` and `min_active`.
     pub max_active: usize,
     /// See `max_active`.
@@ -223,6 +226,7 @@ impl WqShared {
             nodes,
             name: self.name.clone(),
             ordered: attrs.ordered,
+            frozen: self.freeze.is_frozen(),
             max_active: attrs.max_active,
             min_active: attrs.min_active,
             in_flight: pwq_dumps.iter().map(|p| p.in_flight).sum(),
@@ -237,8 +241,9 @@ impl fmt::Display for WorkqueueDump {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "workqueue {}: {}max_active {} min_active {}, {} in flight",
+            "workqueue {}: {}{}max_active {} min_active {}, {} in flight",
             self.name,
+            if self.frozen { "frozen, " } else { "" },
             if self.ordered { "ordered, " } else { "" },
             self.max_active,
             self.min_active,

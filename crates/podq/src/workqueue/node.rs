@@ -105,15 +105,25 @@ impl<P> NodeActive<P> {
 
     /// One turn of activation (`node_activate_pending_pwq`): if something waits and a
     /// slot is free, takes up to `want` slots and the first waiter, which the caller
-    /// activates (giving back with `release` the slots it does not use).
-    pub(crate) fn take_pending(&self, want: usize) -> Option<(P, usize)> {
-        // Between the caller's write (`release` or `push_pending`) and this read: see
-        // `nr_pending`.
-        seqcst_pair_fence();
-        if self.nr_pending.load(SeqCst) == 0 {
-            return None;
+    /// activates (giving back with `release` the slots it does not use). `back` is the
+    /// previous turn's waiter that still has items: it goes to the end of the list
+    /// first, in the same acquisition (round-robin without a second lock per turn).
+    pub(crate) fn take_pending(&self, want: usize, back: Option<P>) -> Option<(P, usize)> {
+        if back.is_none() {
+            // Between the caller's write (`release` or `push_pending`) and this read:
+            // see `nr_pending`.
+            seqcst_pair_fence();
+            if self.nr_pending.load(SeqCst) == 0 {
+                return None;
+            }
         }
         let mut pending = lock(&self.pending);
+        if let Some(p) = back {
+            pending.push_back(p);
+            self.nr_pending.store(pending.len(), SeqCst);
+            // Between this store and the load of `nr` below: see `nr_pending`.
+            seqcst_pair_fence();
+        }
         if pending.is_empty() {
             return None;
         }
@@ -134,6 +144,45 @@ mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
+    /// Runs the activation loop as a releaser or a failed taker does: every waiter it
+    /// activates is pwq 7 with one slot (max_active 1).
+    fn activate_all(node: &NodeActive<u32>, activated: &AtomicUsize) {
+        while let Some((p, slots)) = node.take_pending(4, None) {
+            assert_eq!((p, slots), (7, 1));
+            assert_eq!(activated.fetch_add(1, SeqCst), 0, "over max_active");
+        }
+    }
+
+    /// A node with max_active 1 whose one slot a running item holds, and a thread that
+    /// completes that item (release, then the activation loop).
+    fn one_running_and_its_completion() -> (
+        Arc<NodeActive<u32>>,
+        Arc<AtomicUsize>,
+        loom::thread::JoinHandle<()>,
+    ) {
+        let node = Arc::new(NodeActive::<u32>::new());
+        assert!(node.try_inc(), "the running item's slot");
+        let activated = Arc::new(AtomicUsize::new(0));
+        let completer = {
+            let (node, activated) = (node.clone(), activated.clone());
+            loom::thread::spawn(move || {
+                node.release(1);
+                activate_all(&node, &activated);
+            })
+        };
+        (node, activated, completer)
+    }
+
+    /// A queuer: takes a slot, or joins the pending list and runs the activation loop.
+    fn queue(node: &NodeActive<u32>, activated: &AtomicUsize) {
+        if node.try_inc() {
+            activated.fetch_add(1, SeqCst);
+        } else {
+            node.push_pending(7);
+            activate_all(node, activated);
+        }
+    }
+
     /// max_active 1: one item is active; its completion races with a queuer whose
     /// `try_inc` fails and who joins the pending list. In every interleaving the waiter
     /// is activated exactly once (no slot is left unused, no lost activation), and the
@@ -141,28 +190,8 @@ mod loom_tests {
     #[test]
     fn loom_freed_slot_reaches_the_waiter() {
         loom::model(|| {
-            let node = Arc::new(NodeActive::<u32>::new());
-            assert!(node.try_inc(), "the running item's slot");
-            let activated = Arc::new(AtomicUsize::new(0));
-            let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
-                while let Some((p, slots)) = node.take_pending(4) {
-                    assert_eq!((p, slots), (7, 1));
-                    assert_eq!(activated.fetch_add(1, SeqCst), 0, "over max_active");
-                }
-            };
-            let completer = {
-                let (node, activated) = (node.clone(), activated.clone());
-                loom::thread::spawn(move || {
-                    node.release(1);
-                    activate_all(&node, &activated);
-                })
-            };
-            if node.try_inc() {
-                activated.fetch_add(1, SeqCst);
-            } else {
-                node.push_pending(7);
-                activate_all(&node, &activated);
-            }
+            let (node, activated, completer) = one_running_and_its_completion();
+            queue(&node, &activated);
             completer.join().unwrap();
             assert_eq!(activated.load(SeqCst), 1);
             assert_eq!(node.nr.load(SeqCst), 1);
@@ -178,22 +207,7 @@ mod loom_tests {
     #[test]
     fn loom_an_overshooting_take_leaves_no_waiter_behind() {
         loom::model(|| {
-            let node = Arc::new(NodeActive::<u32>::new());
-            assert!(node.try_inc(), "the running item's slot");
-            let activated = Arc::new(AtomicUsize::new(0));
-            let activate_all = |node: &NodeActive<u32>, activated: &AtomicUsize| {
-                while let Some((p, slots)) = node.take_pending(4) {
-                    assert_eq!((p, slots), (7, 1));
-                    activated.fetch_add(1, SeqCst);
-                }
-            };
-            let completer = {
-                let (node, activated) = (node.clone(), activated.clone());
-                loom::thread::spawn(move || {
-                    node.release(1);
-                    activate_all(&node, &activated);
-                })
-            };
+            let (node, activated, completer) = one_running_and_its_completion();
             let overshooter = {
                 let (node, activated) = (node.clone(), activated.clone());
                 loom::thread::spawn(move || {
@@ -204,12 +218,7 @@ mod loom_tests {
                     took
                 })
             };
-            if !node.try_inc() {
-                node.push_pending(7);
-                activate_all(&node, &activated);
-            } else {
-                activated.fetch_add(1, SeqCst);
-            }
+            queue(&node, &activated);
             completer.join().unwrap();
             let took = overshooter.join().unwrap();
             let used = activated.load(SeqCst) + usize::from(took);

@@ -47,7 +47,8 @@ impl Workqueue {
     /// queueing except from its own items (as [`Workqueue::drain`] does, for good:
     /// [`crate::Error::Draining`]), lets its queued and running items finish, and at the
     /// end cancels the delayed items still on the timer (those that fire meanwhile are
-    /// queued and waited for, as in a drain). Returns what it cancelled, or
+    /// queued and waited for, as in a drain). A frozen workqueue is thawed first
+    /// ([`Workqueue::freeze`]). Returns what it cancelled, or
     /// [`Unfinished`] with the items that were still queued or running when the time
     /// was up. Those keep going, and dropping the last handle waits for them.
     ///
@@ -75,6 +76,8 @@ impl WqShared {
         let deadline = Instant::now().checked_add(timeout);
         // Never lowered again: the workqueue stays closed to outside queueing.
         self.draining.fetch_add(1, SeqCst);
+        // Frozen items would wait the whole timeout: the workqueue is going, they run.
+        self.thaw();
         let mut poll = Duration::from_micros(100);
         loop {
             if self.in_flight() == 0 {

@@ -16,6 +16,8 @@ use crate::sync::lock;
 impl Drop for WqHandle {
     fn drop(&mut self) {
         let wq = &self.shared;
+        // Frozen items would never run, and the drain would wait for them forever.
+        wq.thaw();
         // Dropped inside one of its own items, the workqueue cannot wait for itself:
         // its pwqs that still hold items then retire on their own as their last item
         // completes (`Pwq::complete`), activating waiting items on the way, so none is
