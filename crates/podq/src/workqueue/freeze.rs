@@ -11,7 +11,7 @@
 //! Legend: A atomic (ordering and pair named at the field); M stored under
 //! `WqShared::config`.
 
-use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+use crate::sync::{AtomicBool, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::Duration;
 
