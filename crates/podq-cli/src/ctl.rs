@@ -7,7 +7,8 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use podq::control::{escape_controls, QueueSummary, Request};
+use podq::control::{escape_controls, PoolsView, QueueSummary, Request};
+use podq::CpuSet;
 use podq::WorkqueueStats;
 
 use crate::target::TargetArgs;
@@ -73,6 +74,15 @@ enum Action {
         #[arg(long)]
         json: bool,
     },
+    /// Print the process's worker pools (id, references, nice, idle/workers, cpus,
+    /// pod cpus, strict), each visible workqueue's CPU → pool map and default pool,
+    /// and its active items against each node's share of max_active (the kernel's
+    /// `wq_dump.py`).
+    Pools {
+        /// Print JSON instead of tables.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs `podq ctl`.
@@ -112,6 +122,7 @@ pub fn run(args: CtlArgs) -> Result<()> {
             Request::Dump { queue: wq.clone() },
             "dump the workqueue state".to_owned(),
         ),
+        Action::Pools { .. } => (Request::Pools, "read the pools".to_owned()),
     };
     let client = args.target.connect()?;
     let reply = args
@@ -158,6 +169,10 @@ pub fn run(args: CtlArgs) -> Result<()> {
             for line in text.lines() {
                 writeln!(out, "{}", escape_controls(line))?;
             }
+        }
+        Action::Pools { json } => {
+            let view = reply.pools.context("the server's reply has no pools")?;
+            print_pools(&mut out, &view, json)?;
         }
         _ => {
             let value = reply.value.context("the server's reply has no value")?;
@@ -269,9 +284,167 @@ fn list_table(queues: &[QueueSummary]) -> String {
     crate::table::render(&header, &rows)
 }
 
+/// Prints a `pools` reply: tables, or with `json` the reply's JSON. Text from the
+/// process (names, CPU lists) is escaped line by line.
+pub fn print_pools(out: &mut dyn Write, view: &PoolsView, json: bool) -> Result<()> {
+    let text = if json {
+        serde_json::to_string_pretty(view)? + "\n"
+    } else {
+        pools_text(view)
+    };
+    for line in text.lines() {
+        writeln!(out, "{}", escape_controls(line))?;
+    }
+    Ok(())
+}
+
+/// The three tables of `wq_dump.py`: pools, CPU → pool, and `nr_active/max_active`.
+fn pools_text(view: &PoolsView) -> String {
+    let yes_no = |b: bool| if b { "yes" } else { "no" }.to_owned();
+    let pools: Vec<[String; 7]> = view
+        .pools
+        .iter()
+        .map(|p| {
+            [
+                p.id.to_string(),
+                p.refs.to_string(),
+                p.nice.to_string(),
+                format!("{}/{}", p.idle, p.workers),
+                p.cpus.clone(),
+                p.pod_cpus.clone(),
+                yes_no(p.strict),
+            ]
+        })
+        .collect();
+    let mut text = String::from("Worker pools\n");
+    text += &crate::table::render(
+        &[
+            "ID",
+            "REFS",
+            "NICE",
+            "IDLE/WORKERS",
+            "CPUS",
+            "POD_CPUS",
+            "STRICT",
+        ],
+        &pools,
+    );
+    text += "\nWorkqueue CPU -> pool\n";
+    let maps: Vec<[String; 3]> = view
+        .workqueues
+        .iter()
+        .map(|wq| {
+            // CPUs grouped by pool, in the order their first CPU appears.
+            let mut by_pool: Vec<(u64, Vec<usize>)> = Vec::new();
+            for c in &wq.cpu_pools {
+                match by_pool.iter_mut().find(|(p, _)| *p == c.pool) {
+                    Some((_, cpus)) => cpus.push(c.cpu),
+                    None => by_pool.push((c.pool, vec![c.cpu])),
+                }
+            }
+            let map: Vec<String> = by_pool
+                .into_iter()
+                .map(|(pool, cpus)| {
+                    let cpus: CpuSet = cpus.into_iter().collect();
+                    format!("{}:{pool}", cpus.to_list())
+                })
+                .collect();
+            [
+                wq.name.clone(),
+                wq.default_pool.map_or("-".to_owned(), |p| p.to_string()),
+                map.join(" "),
+            ]
+        })
+        .collect();
+    text += &crate::table::render(&["WORKQUEUE", "DEFAULT", "CPUS:POOL"], &maps);
+    text += "\nWorkqueue -> nr_active/max_active per node\n";
+    // One column per node any workqueue has, then the counter of spanning pools.
+    let mut nodes: Vec<Option<usize>> = Vec::new();
+    for n in view.workqueues.iter().flat_map(|wq| &wq.nodes) {
+        if !nodes.contains(&n.node) {
+            nodes.push(n.node);
+        }
+    }
+    nodes.sort_by_key(|n| n.map_or(usize::MAX, |id| id));
+    let mut header: Vec<String> = vec!["WORKQUEUE".into(), "MIN".into(), "MAX".into()];
+    header.extend(
+        nodes
+            .iter()
+            .map(|n| n.map_or("SPANNED".to_owned(), |id| format!("NODE{id}"))),
+    );
+    let limits: Vec<Vec<String>> = view
+        .workqueues
+        .iter()
+        .map(|wq| {
+            let mut row = vec![
+                wq.name.clone(),
+                wq.min_active.to_string(),
+                wq.max_active.to_string(),
+            ];
+            row.extend(nodes.iter().map(|node| {
+                wq.nodes
+                    .iter()
+                    .find(|n| n.node == *node)
+                    .map_or("-".to_owned(), |n| format!("{}/{}", n.nr, n.max))
+            }));
+            row
+        })
+        .collect();
+    let header: Vec<&str> = header.iter().map(String::as_str).collect();
+    let mut align = vec![crate::table::Align::Left];
+    align.resize(header.len(), crate::table::Align::Right);
+    text += &crate::table::aligned(&header, &limits, &align, false);
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pools_tables() {
+        let view: PoolsView = serde_json::from_value(serde_json::json!({
+            "pools": [
+                {"id": 3, "refs": 2, "nice": 0, "workers": 2, "idle": 1, "cpus": "0-3",
+                 "pod_cpus": "0-1", "strict": false},
+                {"id": 4, "refs": 1, "nice": -5, "workers": 0, "idle": 0, "cpus": "2-3",
+                 "pod_cpus": "2-3", "strict": true}
+            ],
+            "workqueues": [
+                {"name": "rpciod", "max_active": 1024, "min_active": 8,
+                 "cpu_pools": [{"cpu": 0, "pool": 3}, {"cpu": 1, "pool": 3},
+                               {"cpu": 2, "pool": 4}, {"cpu": 3, "pool": 4}],
+                 "default_pool": 5,
+                 "nodes": [{"node": 0, "nr": 3, "max": 512}, {"node": 1, "nr": 0, "max": 512},
+                           {"node": null, "nr": 1, "max": 1024}]},
+                {"name": "nfsiod", "max_active": 4, "min_active": 4,
+                 "cpu_pools": [{"cpu": 0, "pool": 3}], "default_pool": null,
+                 "nodes": [{"node": 0, "nr": 0, "max": 4}]}
+            ]
+        }))
+        .unwrap();
+        let want = "\
+Worker pools
+ID  REFS  NICE  IDLE/WORKERS  CPUS  POD_CPUS  STRICT
+ 3     2     0  1/2           0-3   0-1       no
+ 4     1    -5  0/0           2-3   2-3       yes
+
+Workqueue CPU -> pool
+WORKQUEUE  DEFAULT  CPUS:POOL
+rpciod           5  0-1:3 2-3:4
+nfsiod           -  0:3
+
+Workqueue -> nr_active/max_active per node
+WORKQUEUE  MIN   MAX  NODE0  NODE1  SPANNED
+rpciod       8  1024  3/512  0/512   1/1024
+nfsiod       4     4    0/4      -        -
+";
+        assert_eq!(pools_text(&view), want);
+        let mut json = Vec::new();
+        print_pools(&mut json, &view, true).unwrap();
+        let back: PoolsView = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, view);
+    }
 
     #[test]
     fn table_aligns_columns() {

@@ -35,7 +35,8 @@ enum Command {
   podq topo --synthetic 2s4l8c2t --summary
   podq topo --sysfs-root capture.tar.gz --scope cache_shard
   podq topo --json > pods.json
-  podq topo --capture my-machine.tar.gz")]
+  podq topo --capture my-machine.tar.gz
+  podq topo --pid 9464                   # a running process's worker pools (as ctl pools)")]
     Topo(topo::Args),
     /// List a running process's workqueues, read or write their attributes, dump their state.
     #[command(after_help = "Examples:
@@ -44,7 +45,8 @@ enum Command {
   podq ctl --pid 9464 set rpciod affinity_scope cpu
   podq ctl --pid 9464 set rpciod min_active 16
   podq ctl --pid 9464 default-scope numa
-  podq ctl --pid 9464 dump rpciod        # pwqs, running items, pools (show_workqueue_state)")]
+  podq ctl --pid 9464 dump rpciod        # pwqs, running items, pools (show_workqueue_state)
+  podq ctl --pid 9464 pools              # pools, CPU -> pool, nr_active/max_active (wq_dump.py)")]
     Ctl(ctl::CtlArgs),
     /// Watch a running process's workqueues, CPUs and threads live.
     #[command(after_help = "Examples:

@@ -72,10 +72,30 @@ pub struct Args {
         conflicts_with_all = ["sysfs_root", "synthetic"]
     )]
     capture: Option<PathBuf>,
+
+    /// Show a running process's worker pools instead, as `podq ctl --pid N pools`
+    /// does: read from its control server.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = ["sysfs_root", "synthetic", "capture", "summary", "scope", "socket"]
+    )]
+    pid: Option<u32>,
+
+    /// As `--pid`, through this control socket.
+    #[arg(
+        long,
+        value_name = "PATH",
+        conflicts_with_all = ["sysfs_root", "synthetic", "capture", "summary", "scope"]
+    )]
+    socket: Option<PathBuf>,
 }
 
 /// Runs `podq topo`.
 pub fn run(args: &Args) -> Result<()> {
+    if args.pid.is_some() || args.socket.is_some() {
+        return process_pools(args);
+    }
     if let Some(out) = &args.capture {
         let (topo, files) = Topology::capture(std::path::Path::new("/"), out, "podq-capture")
             .with_context(|| format!("capturing sysfs into {}", out.display()))?;
@@ -130,6 +150,21 @@ pub fn run(args: &Args) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
         other => other.context("writing to stdout"),
     }
+}
+
+/// `--pid N` / `--socket PATH`: the process's pools, as `podq ctl pools` prints them.
+fn process_pools(args: &Args) -> Result<()> {
+    let target = crate::target::TargetArgs {
+        pid: args.pid,
+        socket: args.socket.clone(),
+    };
+    let client = target.connect()?;
+    let reply = target
+        .call_on(client, &podq::control::Request::Pools)
+        .context("cannot read the pools")?;
+    let view = reply.pools.context("the server's reply has no pools")?;
+    let mut out = std::io::stdout().lock();
+    crate::ctl::print_pools(&mut out, &view, args.json)
 }
 
 /// Warnings that differ only in their numbers (one per CPU, say) as the first of each

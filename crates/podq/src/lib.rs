@@ -178,6 +178,7 @@ pub use workqueue::{
     default_scope, set_default_scope, CpuPool, CpuRun, NodeActiveDump, PodRun, PoolDump, PwqDump,
     RunningItem, Shutdown, Unfinished, Workqueue, WorkqueueBuilder, WorkqueueDump,
 };
+pub use workqueue::{worker_pools, WorkerPool};
 
 /// What a panic hook is told about a panicking work item.
 #[derive(Clone, Copy, Debug)]

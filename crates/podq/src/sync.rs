@@ -22,7 +22,7 @@ pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
 
 /// Std's types in every build, for state loom cannot model (see the module docs).
 pub(crate) mod unmodelled {
-    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
+    pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
     pub(crate) use std::sync::{Condvar, Mutex, RwLock};
 }
 

@@ -29,6 +29,7 @@ mod freeze;
 mod min_active;
 mod named;
 mod node;
+mod pools;
 pub(crate) mod refresh;
 mod registry;
 mod shutdown;
@@ -39,6 +40,7 @@ pub use broadcast::{CpuRun, PodRun};
 pub use builder::WorkqueueBuilder;
 pub(crate) use completions::Completions;
 pub use dump::{CpuPool, NodeActiveDump, PoolDump, PwqDump, RunningItem, WorkqueueDump};
+pub use pools::{worker_pools, WorkerPool};
 pub(crate) use registry::live_workqueues;
 pub use registry::{default_scope, set_default_scope};
 pub use shutdown::{Shutdown, Unfinished};
@@ -224,9 +226,9 @@ pub(crate) struct Pwq {
     in_flight: InFlight,
     /// A: new items must take the pwq lock: it has inactive items, is plugged, is
     /// frozen or is on its node's pending list. Stored (`SeqCst`) under the pwq lock
-    /// when one of those changes; a queuer that loads it clear skips the lock and
-    /// only tries a node slot — it cannot overtake an item whose queue call returned before its own
-    /// began, since that item's store of the gate happened before the load.
+    /// when one of those changes; a queuer that loads it clear skips the lock and only
+    /// tries a node slot — it cannot overtake an item whose queue call returned before
+    /// its own began, since that item's store of the gate happened before the load.
     gate: AtomicBool,
     /// P: the pwq lock.
     state: Mutex<PwqState>,

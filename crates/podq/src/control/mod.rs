@@ -51,7 +51,10 @@ pub use attr::{AttrValue, QueueAttrs};
 pub(crate) use attr::{AttrValue, QueueAttrs};
 pub use client::{Client, MAX_REPLY_BYTES};
 pub use error::{Cause, ControlError};
-pub use protocol::{parse_request, LeftAlone, QueueSummary, Reply, Request, MAX_REQUEST_BYTES};
+pub use protocol::{
+    parse_request, LeftAlone, PoolsView, QueueSummary, Reply, Request, WorkqueueLimits,
+    MAX_REQUEST_BYTES,
+};
 pub(crate) use registry::{ControlledQueue, Registry};
 pub use runtime::start;
 pub use server::{ControlServer, ControlServerBuilder};
@@ -217,6 +220,13 @@ mod tests {
         assert_eq!(stats.len(), 1);
         assert_eq!(stats[0].name, "rpciod");
         assert_eq!(req(r#"{"cmd":"stats"}"#).stats.unwrap().len(), 3);
+    }
+
+    #[test]
+    fn pools_of_a_target_without_pools_are_empty() {
+        let view = req(r#"{"cmd":"pools"}"#).pools.unwrap();
+        assert!(view.pools.is_empty());
+        assert!(view.workqueues.is_empty(), "the mock has no dumps");
     }
 }
 

@@ -64,6 +64,9 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         queue: Option<String>,
     },
+    /// `{"cmd":"pools"}`: every worker pool of the process, and each visible
+    /// workqueue's CPU → pool map and `max_active` limits (the kernel's `wq_dump.py`).
+    Pools,
 }
 
 impl Request {
@@ -150,6 +153,51 @@ pub struct Reply {
     /// Live workqueues a `refresh` left on their pods, with the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_repodded: Option<Vec<LeftAlone>>,
+    /// The pools and limits views (`pools`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pools: Option<PoolsView>,
+}
+
+/// A `pools` reply's payload: the pools and limits views of the kernel's `wq_dump.py`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct PoolsView {
+    /// Every worker pool of the process ([`crate::worker_pools`]), by id.
+    pub pools: Vec<crate::WorkerPool>,
+    /// Each visible workqueue's pools and limits, by name.
+    pub workqueues: Vec<WorkqueueLimits>,
+}
+
+/// One workqueue's CPU → pool map and `max_active` limits.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct WorkqueueLimits {
+    /// The workqueue.
+    pub name: String,
+    /// Its `max_active`.
+    pub max_active: usize,
+    /// Its `min_active`.
+    pub min_active: usize,
+    /// The pool serving each CPU of its effective cpumask.
+    pub cpu_pools: Vec<crate::CpuPool>,
+    /// The pool of its pwq spanning the whole cpumask (`dfl_pwq`).
+    pub default_pool: Option<u64>,
+    /// Active items against each node's share of `max_active` (`node_nr/max`).
+    pub nodes: Vec<crate::NodeActiveDump>,
+}
+
+impl WorkqueueLimits {
+    /// The limits part of a state dump.
+    pub(crate) fn of(dump: crate::WorkqueueDump) -> WorkqueueLimits {
+        WorkqueueLimits {
+            name: dump.name,
+            max_active: dump.max_active,
+            min_active: dump.min_active,
+            cpu_pools: dump.cpu_pools,
+            default_pool: dump.default_pool,
+            nodes: dump.nodes,
+        }
+    }
 }
 
 /// A workqueue a `refresh` deliberately did not re-pod.
@@ -219,6 +267,15 @@ impl Reply {
         Reply {
             ok: true,
             stats: Some(stats),
+            ..Reply::default()
+        }
+    }
+
+    /// A `pools` reply.
+    pub(crate) fn pools(view: PoolsView) -> Reply {
+        Reply {
+            ok: true,
+            pools: Some(view),
             ..Reply::default()
         }
     }
@@ -295,7 +352,7 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
     // serde's `deny_unknown_fields` does not reach unit variants of a tagged enum, so
     // extra fields are checked here: a misspelt `queue` must not be silently ignored.
     let fields: Option<&[&str]> = match object.get("cmd").and_then(serde_json::Value::as_str) {
-        Some("list" | "get_default_scope" | "refresh") => Some(&[]),
+        Some("list" | "get_default_scope" | "refresh" | "pools") => Some(&[]),
         Some("get") => Some(&["queue", "attr"]),
         Some("set") => Some(&["queue", "attr", "value"]),
         Some("set_default_scope") => Some(&["value"]),
@@ -339,6 +396,7 @@ mod tests {
                 value: "smt".into(),
             },
             Request::Refresh,
+            Request::Pools,
             Request::Stats { queue: None },
             Request::Stats {
                 queue: Some("nfsiod".into()),
@@ -391,6 +449,7 @@ mod tests {
             (br#"{"cmd":"dance"}"#, "unknown variant `dance`"),
             (br#"{"cmd":"get","queue":"a"}"#, "missing field `attr`"),
             (br#"{"cmd":"list","extra":1}"#, "unknown field `extra`"),
+            (br#"{"cmd":"pools","queue":"q"}"#, "unknown field `queue`"),
             (br#"{"cmd":"stats","queu":"a"}"#, "unknown field `queu`"),
             (br#"{"cmd":"dance","x":1}"#, "unknown variant `dance`"),
             (br#"{"cmd":7}"#, "malformed request"),

@@ -170,6 +170,10 @@ impl<D: DefaultScope> ControlTarget for RegistryTarget<D> {
         }
     }
 
+    fn pools(&self) -> Result<Vec<crate::WorkerPool>, ControlError> {
+        Ok(crate::worker_pools())
+    }
+
     fn dump(&self, queue: Option<&str>) -> Result<Vec<crate::WorkqueueDump>, ControlError> {
         match queue {
             Some(name) => Ok(vec![self.registry.get(name)?.dump()]),

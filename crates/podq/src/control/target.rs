@@ -4,6 +4,7 @@
 
 use super::attr::{self, Attr, AttrValue, QueueAttrs};
 use super::error::chain_text;
+use super::protocol::{PoolsView, WorkqueueLimits};
 use super::{ControlError, QueueSummary, Reply, Request};
 use crate::stats::WorkqueueStats;
 use crate::topology::Scope;
@@ -52,6 +53,12 @@ pub trait ControlTarget: Send + Sync {
     /// a target that runs no work items has no state to show.
     fn dump(&self, queue: Option<&str>) -> Result<Vec<crate::WorkqueueDump>, ControlError> {
         let _ = queue;
+        Ok(Vec::new())
+    }
+
+    /// Every worker pool of the process. By default none: a target that runs no
+    /// work items has no pools.
+    fn pools(&self) -> Result<Vec<crate::WorkerPool>, ControlError> {
         Ok(Vec::new())
     }
 
@@ -126,6 +133,14 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             }
             Ok(Reply::stats(target.stats(queue.as_deref())?))
         }
+        Request::Pools => Ok(Reply::pools(PoolsView {
+            pools: target.pools()?,
+            workqueues: target
+                .dump(None)?
+                .into_iter()
+                .map(WorkqueueLimits::of)
+                .collect(),
+        })),
         Request::Dump { queue } => {
             if let Some(name) = &queue {
                 find(name)?;

@@ -1,7 +1,11 @@
 //! Event counters: plain, worker-owned and sharded atomics, the per-worker, per-pool and
 //! per-item sets built from them, and lock-contention counting (legend in `stats.rs`).
 
-use crate::sync::{AtomicU64, Ordering::Relaxed};
+use crate::sync::unmodelled;
+use crate::sync::{
+    AtomicU64,
+    Ordering::{Relaxed, Release},
+};
 use std::sync::Arc;
 #[cfg(feature = "stats")]
 use std::time::Instant;
@@ -204,7 +208,7 @@ enum Slot {
 /// pairs with the previous holder's `Release` clearing of the bit when its thread
 /// exited, so the new holder's loads see the old holder's last stores into every
 /// `leased` part and its load-and-store adds lose nothing.
-static LEASES: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+static LEASES: unmodelled::AtomicU32 = unmodelled::AtomicU32::new(0);
 
 /// The calling thread's lease (W), given back when the thread exits.
 struct Lease(Slot);
@@ -222,7 +226,7 @@ impl Lease {
             }
         }
         // All leased: share a shard, chosen round-robin (a relaxed ID counter).
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        static NEXT: unmodelled::AtomicUsize = unmodelled::AtomicUsize::new(0);
         Lease(Slot::Shared(NEXT.fetch_add(1, Relaxed) % SHARDS))
     }
 }
@@ -231,7 +235,7 @@ impl Drop for Lease {
     fn drop(&mut self) {
         if let Slot::Leased(i) = self.0 {
             // Pairs with the next holder's `Acquire` (see `LEASES`).
-            LEASES.fetch_and(!(1 << i), std::sync::atomic::Ordering::Release);
+            LEASES.fetch_and(!(1 << i), Release);
         }
     }
 }
