@@ -155,9 +155,10 @@ impl Shape {
     pub fn topology(&self) -> Result<Topology, Error> {
         let cores_per_node = self.llcs_per_node * self.cores_per_llc;
         let cores_per_socket = self.nodes_per_socket * cores_per_node;
-        let mut facts = Vec::with_capacity(self.cpus());
+        // Generated as `from_parts` takes them, so each CPU's sets live only until it
+        // has kept (or found) their shared copy.
         let mut llc = CpuSet::new();
-        for core in 0..self.cores() {
+        let facts = (0..self.cores()).flat_map(move |core| {
             // Cores are numbered LLC by LLC, so a new LLC starts at each multiple.
             if core % self.cores_per_llc == 0 {
                 llc = (core..core + self.cores_per_llc)
@@ -168,18 +169,17 @@ impl Shape {
             let smt: CpuSet = (0..self.threads_per_core)
                 .map(|t| self.cpu(core, t))
                 .collect();
-            for thread in 0..self.threads_per_core {
-                facts.push((
-                    self.cpu(core, thread),
-                    CpuFacts {
-                        smt: smt.clone(),
-                        llc: llc.clone(),
-                        node: core / cores_per_node,
-                        package: core / cores_per_socket,
-                    },
-                ));
-            }
-        }
+            let llc = llc.clone();
+            (0..self.threads_per_core).map(move |thread| {
+                let facts = CpuFacts {
+                    smt: smt.clone(),
+                    llc: llc.clone(),
+                    node: core / cores_per_node,
+                    package: core / cores_per_socket,
+                };
+                (self.cpu(core, thread), facts)
+            })
+        });
         let all = CpuSet::first_n(self.cpus());
         Topology::from_parts(all.clone(), all, facts)
     }

@@ -5,7 +5,7 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
-use podq_topology::{CpuFacts, CpuSet, Scope, Topology, MAX_CPUS};
+use podq_topology::{CpuFacts, CpuSet, Scope, Topology, MAX_CPUS, MAX_SYNTHETIC_CPUS};
 
 /// The system allocator, keeping the live and peak heap bytes.
 struct Counting;
@@ -104,6 +104,18 @@ fn a_topology_at_the_cpu_limit_builds_in_bounded_memory() {
     );
     assert!(peak < 512 * MIB, "x86 numbering: peak {peak} B");
 
+    drop(topo);
+
+    // The largest synthetic shape with one LLC: its single-CPU SMT sets are distinct,
+    // each a bitmap up to its CPU (16 MiB together).
+    let shape = format!("1s{MAX_SYNTHETIC_CPUS}c");
+    let (peak, topo) = peak_bytes(|| Topology::synthetic(&shape).unwrap());
+    eprintln!("{shape}: peak {peak} B");
+    assert_eq!(
+        topo.facts(MAX_SYNTHETIC_CPUS - 1).llc.len(),
+        MAX_SYNTHETIC_CPUS
+    );
+    assert!(peak < 32 * MIB, "{shape}: peak {peak} B");
     drop(topo);
 
     // The same machine-wide groups read from sysfs text: every CPU lists all CPUs as

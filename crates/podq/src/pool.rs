@@ -87,7 +87,86 @@ impl Counts {
     }
 }
 
+/// Sleep/wake, queuer side (after pushing onto `worklist`, without the pool lock):
+/// whether a worker may need waking or creating, from the counts (`policy::kick`).
+fn kick_wanted<T>(counts: &Counts, worklist: &Worklist<T>, concurrency: usize) -> bool {
+    // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit (their
+    // write, a fence, then the length).
+    seqcst_pair_fence();
+    policy::kick(counts.load(worklist.len(), concurrency)) != Kick::Nothing
+}
+
 impl PoolState {
+    /// The load under the pool lock (`running` and `spinning` change under it too,
+    /// except for the sleeper's undo in `go_idle`, which only adds a running worker).
+    fn load<T>(&self, counts: &Counts, worklist: &Worklist<T>, concurrency: usize) -> PoolLoad {
+        PoolLoad {
+            worklist: worklist.len(),
+            idle: self.idle.len(),
+            running: counts.running.load(SeqCst),
+            workers: self.nr_workers,
+            concurrency,
+            spinning: counts.spinning.load(SeqCst),
+        }
+    }
+
+    /// Sleep/wake, waker side (under the lock): what `policy::kick` (held back during
+    /// the create cooldown, `cooling`) decides for this load. A wake-up takes the idle
+    /// worker `policy::pick_idle` chooses off the idle list ([`PoolState::wake_at`]); a
+    /// creation takes a slot for the new worker, counted running. Returns what to do
+    /// once the lock is released, and whether the wake-up repatriates (for its
+    /// statistics).
+    fn kick<T>(
+        &mut self,
+        counts: &Counts,
+        worklist: &Worklist<T>,
+        concurrency: usize,
+        key: &PoolKey,
+        cooling: impl FnOnce() -> bool,
+    ) -> (Action, bool) {
+        match policy::kick_cooled(
+            policy::kick(self.load(counts, worklist, concurrency)),
+            cooling,
+        ) {
+            Kick::Nothing => (Action::Nothing, false),
+            Kick::Wake => {
+                let last_cpu =
+                    |i: usize| self.slots[self.idle[i]].as_ref().map_or(0, |s| s.last_cpu);
+                let pick = policy::pick_idle(self.idle.len(), last_cpu, &key.pod, key.strict);
+                let Some((at, repatriate)) = pick else {
+                    return (Action::Nothing, false);
+                };
+                let action = self
+                    .wake_at(counts, at, repatriate)
+                    .map_or(Action::Nothing, Action::Unpark);
+                (action, repatriate)
+            }
+            Kick::Create => {
+                let slot = WorkerSlot {
+                    thread: None,
+                    last_cpu: key.pod.first().unwrap_or(0),
+                    idle_since: Instant::now(),
+                    woken: false,
+                    repatriate: false,
+                };
+                let index = match self.slots.iter().position(Option::is_none) {
+                    Some(i) => {
+                        self.slots[i] = Some(slot);
+                        i
+                    }
+                    None => {
+                        self.slots.push(Some(slot));
+                        self.slots.len() - 1
+                    }
+                };
+                self.nr_workers += 1;
+                counts.workers.store(self.nr_workers, SeqCst);
+                counts.running.fetch_add(1, SeqCst);
+                (Action::Spawn(index), false)
+            }
+        }
+    }
+
     /// Sleep/wake, waker side (under the lock): takes the idle worker at position `at`
     /// off the idle list, counts it running and marks it woken. Returns its thread, to
     /// unpark once the lock is released.
@@ -283,10 +362,7 @@ impl PoolCore {
     /// Whether a worker may need waking or creating, from the counts read without the
     /// pool lock.
     fn kick_wanted(&self) -> bool {
-        // Push, fence, then the counts: pairs with `go_idle` and the spinner's exit
-        // (their write, a fence, then the length).
-        seqcst_pair_fence();
-        policy::kick(self.load_unlocked()) != Kick::Nothing
+        kick_wanted(&self.counts, &self.worklist, self.concurrency)
     }
 
     /// Under the pool lock, wakes or starts a worker if one is needed.
@@ -303,72 +379,31 @@ impl PoolCore {
         (st.nr_workers, st.idle.len())
     }
 
-    /// The load as queuers see it without the lock.
-    fn load_unlocked(&self) -> PoolLoad {
-        self.counts.load(self.worklist.len(), self.concurrency)
-    }
-
-    /// The load under the pool lock (`running` and `spinning` change under it too,
-    /// except for the sleeper's undo in `go_idle`, which only adds a running worker).
+    /// The load under the pool lock ([`PoolState::load`]).
     fn load(&self, st: &PoolState) -> PoolLoad {
-        PoolLoad {
-            worklist: self.worklist.len(),
-            idle: st.idle.len(),
-            running: self.counts.running.load(SeqCst),
-            workers: st.nr_workers,
-            concurrency: self.concurrency,
-            spinning: self.counts.spinning.load(SeqCst),
-        }
+        st.load(&self.counts, &self.worklist, self.concurrency)
     }
 
-    /// Decides (under the lock) whether to wake or start a worker.
+    /// Decides (under the lock) whether to wake or start a worker, and does it.
     fn kick_locked(&self, st: &mut PoolState) -> Action {
-        match policy::kick_cooled(policy::kick(self.load(st)), || rescue::cooling(self.id)) {
-            Kick::Nothing => Action::Nothing,
-            Kick::Wake => {
-                let last_cpu = |i: usize| st.slots[st.idle[i]].as_ref().map_or(0, |s| s.last_cpu);
-                let pick =
-                    policy::pick_idle(st.idle.len(), last_cpu, &self.key.pod, self.key.strict);
-                let Some((at, repatriate)) = pick else {
-                    return Action::Nothing;
-                };
-                if repatriate {
-                    // Charged, as in the kernel, to the workqueue of the first waiting item.
-                    self.stats.items.repatriated.inc();
-                    let mut first = true;
-                    self.worklist.for_each(|e| {
-                        if std::mem::take(&mut first) {
-                            e.meta.pwq.wq.counters.repatriated.inc();
-                        }
-                    });
+        let (action, repatriating) = st.kick(
+            &self.counts,
+            &self.worklist,
+            self.concurrency,
+            &self.key,
+            || rescue::cooling(self.id),
+        );
+        if repatriating {
+            // Charged, as in the kernel, to the workqueue of the first waiting item.
+            self.stats.items.repatriated.inc();
+            let mut first = true;
+            self.worklist.for_each(|e| {
+                if std::mem::take(&mut first) {
+                    e.meta.pwq.wq.counters.repatriated.inc();
                 }
-                st.wake_at(&self.counts, at, repatriate)
-                    .map_or(Action::Nothing, Action::Unpark)
-            }
-            Kick::Create => {
-                let slot = WorkerSlot {
-                    thread: None,
-                    last_cpu: self.key.pod.first().unwrap_or(0),
-                    idle_since: Instant::now(),
-                    woken: false,
-                    repatriate: false,
-                };
-                let index = match st.slots.iter().position(Option::is_none) {
-                    Some(i) => {
-                        st.slots[i] = Some(slot);
-                        i
-                    }
-                    None => {
-                        st.slots.push(Some(slot));
-                        st.slots.len() - 1
-                    }
-                };
-                st.nr_workers += 1;
-                self.counts.workers.store(st.nr_workers, SeqCst);
-                self.counts.running.fetch_add(1, SeqCst);
-                Action::Spawn(index)
-            }
+            });
         }
+        action
     }
 
     fn act(self: &Arc<Self>, action: Action) {
@@ -470,34 +505,42 @@ pub fn blocking<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// Loom model of the sleep/wake protocol on the real `Worklist`, `spin`,
-/// `PoolState::go_idle`, `PoolState::wake_at`, `sleep_once`, `Counts::load` and
-/// `policy::kick`: `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
+/// Loom model of the sleep/wake protocol on the real `Worklist`, `kick_wanted`,
+/// `PoolState::kick` (with `policy::kick` and `policy::pick_idle`), `PoolState::go_idle`,
+/// `PoolState::wake_at`, `spin` and `sleep_once`:
+/// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::worker::{sleep_once, spin};
     use super::*;
     use worklist::Plain;
 
-    /// The queuer's side of `PoolCore::push`: push, decide on the counts without the
-    /// lock, and only then lock and wake the newest idle worker.
+    /// A strict one-CPU pool (concurrency 1).
+    fn one_cpu_key() -> PoolKey {
+        PoolKey {
+            topology: 0,
+            pod: CpuSet::single(0),
+            strict: true,
+            nice: 0,
+            cpumask: None,
+            idle_timeout: Duration::from_secs(1),
+        }
+    }
+
+    /// `PoolCore::push` then its kick, on the same calls: push, decide on the counts
+    /// without the lock, and only then lock, decide again and wake.
     fn queue(state: &Mutex<PoolState>, counts: &Counts, list: &Worklist<u32>, item: u32) {
         list.push(item, &Plain);
-        seqcst_pair_fence();
-        if policy::kick(counts.load(list.len(), 1)) == Kick::Nothing {
+        if !kick_wanted(counts, list, 1) {
             return;
         }
         let mut st = lock(state);
-        let to_wake = match policy::kick(counts.load(list.len(), 1)) {
-            Kick::Wake => {
-                let at = st.idle.len() - 1;
-                st.wake_at(counts, at, false)
-            }
-            _ => None,
-        };
+        let (action, _) = st.kick(counts, list, 1, &one_cpu_key(), || false);
         drop(st);
-        if let Some(t) = to_wake {
-            t.unpark();
+        match action {
+            Action::Nothing => {}
+            Action::Unpark(t) => t.unpark(),
+            Action::Spawn(_) => panic!("a one-CPU pool with its worker never creates another"),
         }
     }
 

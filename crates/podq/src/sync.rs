@@ -5,8 +5,8 @@
 //! build, for what loom cannot model: process-wide statics (loom's types have no
 //! `const` constructors and may not outlive one model execution), state reachable
 //! from them, and OS-thread bookkeeping. Loom has no `Weak`, `OnceLock` or clock;
-//! those come from std directly. [`lock_std`] and [`wait_std`] serve the unmodelled
-//! mutexes.
+//! those come from std directly. [`lock`] takes either kind of mutex; [`lock_std`] and
+//! [`wait_std`] take only the unmodelled ones.
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{

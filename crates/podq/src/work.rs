@@ -69,7 +69,7 @@ impl Work {
         Work::build(None, Box::new(f))
     }
 
-    /// As [`Work::new`], with a label that [`crate::current`] reports while it runs
+    /// As [`Work::new`], with a label that [`crate::current()`] reports while it runs
     /// (the kernel's work function name, as `show_workqueue_state` prints it).
     ///
     /// ```

@@ -367,7 +367,7 @@ pub(crate) struct PoolCounters {
     /// `dequeue_lock`, whose fields are written under the pool lock only).
     pub(super) retired_dequeues: Counter,
     /// R: the counters of the pool's live workers.
-    pub(super) workers: std::sync::Mutex<Vec<Arc<WorkerCounters>>>,
+    pub(super) workers: unmodelled::Mutex<Vec<Arc<WorkerCounters>>>,
 }
 
 impl PoolCounters {
