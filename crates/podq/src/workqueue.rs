@@ -275,12 +275,23 @@ impl std::ops::Deref for PwqRef {
 struct PwqState {
     /// Items waiting for an active slot, FIFO.
     inactive: VecDeque<Entry>,
-    /// On its node's pending list.
-    on_pending: bool,
-    /// Ordered workqueues: may not activate until older pwqs are gone.
-    plugged: bool,
-    /// The workqueue is frozen: nothing activates until it thaws (`freeze.rs`).
+    /// Where the pwq stands towards activation.
+    hold: Hold,
+    /// The workqueue is frozen: nothing activates until it thaws (`freeze.rs`); on
+    /// top of any `hold`.
     frozen: bool,
+}
+
+/// Where a pwq stands towards activation (besides freezing, which holds any of these).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hold {
+    /// Its items may activate whenever a node slot is free: it has no inactive items,
+    /// or they wait only because the workqueue is frozen.
+    Open,
+    /// On its node's pending list: its inactive items wait for a slot.
+    Pending,
+    /// Ordered workqueues: may not activate until older pwqs are gone (`unplug_oldest`).
+    Plugged,
 }
 
 impl fmt::Debug for Workqueue {
@@ -677,8 +688,7 @@ impl WqShared {
                     st.inactive.push_back(entry);
                     join_pending = admit.join_pending;
                     if join_pending {
-                        st.on_pending = true;
-                        node.push_pending(Arc::clone(pwq));
+                        pwq.enter_pending(&mut st);
                     }
                     pwq.set_gate(&st);
                     None
@@ -714,7 +724,7 @@ impl WqShared {
     /// serving pwqs round-robin in turns (`policy::activation`).
     fn activate(&self, node: &NodeActive<Arc<Pwq>>) {
         // The pwq of the last turn, if it still has waiting items: back on the list at
-        // the next `take_pending`. Until then it stays `on_pending` (queuers do not
+        // the next `take_pending`. Until then it stays `Hold::Pending` (queuers do not
         // join for it), and this loop runs that call before it stops.
         let mut back = None;
         while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN, back.take()) {
@@ -722,13 +732,13 @@ impl WqShared {
             let mut requeued = false;
             let count = match policy::activation(st.queue(), slots) {
                 Activation::Leave => {
-                    st.on_pending = false;
+                    st.hold = Hold::Open;
                     0
                 }
                 Activation::Take { count, requeue } => {
                     requeued = requeue;
                     if !requeue {
-                        st.on_pending = false;
+                        st.hold = Hold::Open;
                     }
                     pwq.pool.core.push_many(st.inactive.drain(..count));
                     if st.inactive.is_empty() && st.inactive.capacity() > KEPT_INACTIVE {
@@ -867,8 +877,8 @@ impl PwqState {
         PwqQueue {
             inactive: self.inactive.len(),
             // To admission and activation a frozen pwq is a plugged one.
-            plugged: self.plugged || self.frozen,
-            on_pending: self.on_pending,
+            plugged: self.hold == Hold::Plugged || self.frozen,
+            on_pending: self.hold == Hold::Pending,
         }
     }
 }
@@ -887,16 +897,30 @@ impl Pwq {
             gate: AtomicBool::new(plugged || frozen),
             state: Mutex::new(PwqState {
                 inactive: VecDeque::new(),
-                on_pending: false,
-                plugged,
+                hold: if plugged { Hold::Plugged } else { Hold::Open },
                 frozen,
             }),
         }
     }
 
+    /// Puts the pwq on its node's pending list (under its lock, `st`): its inactive
+    /// items wait for a slot. The caller then runs the node's activation pass.
+    fn enter_pending(self: &Arc<Self>, st: &mut PwqState) {
+        st.hold = Hold::Pending;
+        self.wq.nodes[self.node].push_pending(Arc::clone(self));
+    }
+
+    /// Puts an open pwq with inactive items back on its node's pending list (after an
+    /// unplug or a thaw).
+    fn repend(self: &Arc<Self>, st: &mut PwqState) {
+        if st.hold == Hold::Open && !st.inactive.is_empty() {
+            self.enter_pending(st);
+        }
+    }
+
     /// Stores the gate from the state (call under the pwq lock after changing it).
     fn set_gate(&self, st: &PwqState) {
-        let gate = !st.inactive.is_empty() || st.plugged || st.on_pending || st.frozen;
+        let gate = !st.inactive.is_empty() || st.hold != Hold::Open || st.frozen;
         // Written only under the pwq lock, which the caller holds: an unchanged value
         // needs no store (in a flood every queue call lands here with the gate shut).
         if self.gate.load(Relaxed) != gate {

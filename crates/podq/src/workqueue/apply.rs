@@ -6,7 +6,7 @@ use crate::sync::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 
 use super::registry::{default_scope, pools, NEXT_POOL_ID};
-use super::{read, write, Config, Pwq, Released, Table, WqShared};
+use super::{read, write, Config, Hold, Pwq, Released, Table, WqShared};
 use crate::attrs::{self, PoolKey};
 use crate::auto::{self, AutoRun};
 use crate::policy;
@@ -219,15 +219,12 @@ impl WqShared {
             return;
         };
         let mut st = lock(&oldest.state);
-        if !st.plugged {
+        if st.hold != Hold::Plugged {
             return;
         }
-        st.plugged = false;
+        st.hold = Hold::Open;
         let node = &self.nodes[oldest.node];
-        if !st.inactive.is_empty() && !st.on_pending {
-            st.on_pending = true;
-            node.push_pending(Arc::clone(&oldest));
-        }
+        oldest.repend(&mut st);
         oldest.set_gate(&st);
         drop(st);
         self.activate(node);

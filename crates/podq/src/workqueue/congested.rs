@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{lock, read, Table};
+use super::{lock, read, Hold, Table};
 use crate::{Error, Workqueue};
 
 impl Workqueue {
@@ -44,7 +44,7 @@ impl Workqueue {
         };
         let waiting = {
             let st = lock(&pwq.state);
-            !st.inactive.is_empty() || st.plugged || st.frozen
+            !st.inactive.is_empty() || st.hold == Hold::Plugged || st.frozen
         };
         Ok(waiting || wq.nodes[pwq.node].is_full() || pwq.pool.core.worklist_len() > 0)
     }

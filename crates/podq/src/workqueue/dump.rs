@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{lock, read, Pwq, Table, WqShared};
+use super::{lock, read, Hold, Pwq, Table, WqShared};
 use crate::{busy, watchdog, Workqueue};
 
 /// A workqueue's state (from [`Workqueue::dump`]). A snapshot taken without stopping
@@ -172,7 +172,7 @@ impl WqShared {
                 }
                 let (inactive, plugged) = {
                     let st = lock(&pwq.state);
-                    (st.inactive.len(), st.plugged)
+                    (st.inactive.len(), st.hold == Hold::Plugged)
                 };
                 PwqDump {
                     pool: core.id,

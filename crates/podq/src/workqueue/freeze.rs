@@ -12,7 +12,6 @@
 //! `WqShared::config`.
 
 use crate::sync::{AtomicBool, Ordering::SeqCst};
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::{lock, write, WqShared};
@@ -160,10 +159,7 @@ impl WqShared {
         for pwq in lock(&self.pwqs).iter() {
             let mut st = lock(&pwq.state);
             st.frozen = false;
-            if !st.inactive.is_empty() && !st.on_pending && !st.plugged {
-                st.on_pending = true;
-                self.nodes[pwq.node].push_pending(Arc::clone(pwq));
-            }
+            pwq.repend(&mut st);
             pwq.set_gate(&st);
         }
         self.freeze.frozen.store(false, SeqCst);
