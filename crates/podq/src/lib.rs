@@ -63,10 +63,10 @@
 //! |---|---|---|
 //! | I | set at init, read-only after | everywhere |
 //! | A | atomic; the ordering and what it pairs with are named at the field or use | everywhere |
-//! | AW, AL, AS | atomic counters written by one worker / under the lock they count / by the holder of a shard's lease | `stats` |
+//! | AW, AL, AS | atomics written by one worker / under the lock they count / by the holder of a thread lease (`lease.rs`) | `stats`, `published` |
 //! | W | thread-private (a thread-local) | `context`, `current`, `busy`, `pool`, `workqueue`, `cpu` |
 //! | M | `WqShared::config` | `workqueue` |
-//! | T | `WqShared::table` | `workqueue` |
+//! | T | a read section of `WqShared::table` (a `Published`: writers wait the sections out) | `workqueue` |
 //! | S | `WqShared::pwqs` | `workqueue` |
 //! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
 //! | N | `NodeActive::pending` | `workqueue` |
@@ -130,7 +130,9 @@ mod error;
 pub mod fault;
 mod global;
 mod join;
+mod lease;
 mod pool;
+mod published;
 pub mod stats;
 mod sync;
 #[cfg(any(test, feature = "test-util"))]

@@ -10,15 +10,28 @@
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    fence, AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
 };
 #[cfg(loom)]
-pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+pub(crate) use loom::sync::{
+    Condvar, Mutex, MutexGuard, RwLock as ReadLock, RwLockReadGuard as ReadLockGuard,
+    RwLockWriteGuard as WriteLockGuard,
+};
 
 #[cfg(not(loom))]
-pub(crate) use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+pub(crate) use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 #[cfg(not(loom))]
 pub(crate) use std::sync::{Condvar, Mutex, MutexGuard};
+
+/// A reader-writer lock for read-mostly state: crossbeam's `ShardedLock` (readers of
+/// different threads lock different shards) normally, loom's `RwLock` under `cfg(loom)`.
+#[cfg(not(loom))]
+pub(crate) use crossbeam_utils::sync::{
+    ShardedLock as ReadLock, ShardedLockReadGuard as ReadLockGuard,
+    ShardedLockWriteGuard as WriteLockGuard,
+};
 
 /// Std's types in every build, for state loom cannot model (see the module docs).
 pub(crate) mod unmodelled {
@@ -150,6 +163,16 @@ pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<
         Ok(guard) => guard,
         Err(poisoned) => poisoned.into_inner(),
     }
+}
+
+/// Read access to a [`ReadLock`], ignoring poisoning (see [`lock`]).
+pub(crate) fn read_lock<T>(l: &ReadLock<T>) -> ReadLockGuard<'_, T> {
+    l.read().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Write access to a [`ReadLock`], ignoring poisoning (see [`lock`]).
+pub(crate) fn write_lock<T>(l: &ReadLock<T>) -> WriteLockGuard<'_, T> {
+    l.write().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// [`lock`] for `std` mutexes (the same function when not under loom).

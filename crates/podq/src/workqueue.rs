@@ -7,9 +7,10 @@
 //! (the control plane's view), `freeze.rs` (freezing and thawing).
 //!
 //! Legend: I set at init; A atomic (ordering and pair named at each use); M guarded by
-//! `WqShared::config` (serialises attribute changes); T guarded by `WqShared::table`
-//! (read-mostly); S guarded by `WqShared::pwqs`; P guarded by `Pwq::state`; N guarded
-//! by `NodeActive::pending`; G guarded by the registry's own mutex; W thread-private.
+//! `WqShared::config` (serialises attribute changes); T read in a section of
+//! `WqShared::table` (a `Published`, replaced whole under M); S guarded by
+//! `WqShared::pwqs`; P guarded by `Pwq::state`; N guarded by `NodeActive::pending`; G
+//! guarded by the registry's own mutex; W thread-private.
 //!
 //! Lock order (the crate docs give the whole graph): `config` → `table` → `pwqs` →
 //! `Pwq::state` → `NodeActive::pending` → pool lock; `config` → the pools registry.
@@ -52,7 +53,7 @@ use std::ptr::NonNull;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
-use crossbeam_utils::sync::ShardedLock;
+use crate::published::Published;
 use podq_topology::{CpuSet, Scope, Topology};
 
 use crate::auto::{self, AutoRun};
@@ -183,7 +184,7 @@ pub(crate) struct WqShared {
     /// M: requested attributes; held across a whole change.
     config: Mutex<Config>,
     /// T: the CPU → pwq table.
-    table: ShardedLock<Arc<Table>>,
+    table: Published<Table>,
     /// S: every live pwq, oldest first (current and retiring ones: flush walks them).
     pwqs: Mutex<Vec<Arc<Pwq>>>,
     /// I (contents A/N): per-node active counters, fallback last.
@@ -548,22 +549,6 @@ impl WqShared {
     }
 }
 
-/// Write access to the table (poisoning ignored, as [`lock`]).
-fn write<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockWriteGuard<'_, T> {
-    match l.write() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
-/// Read access to the table (poisoning ignored, as [`lock`]).
-fn read<T>(l: &ShardedLock<T>) -> crossbeam_utils::sync::ShardedLockReadGuard<'_, T> {
-    match l.read() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
-}
-
 impl WqShared {
     pub(crate) fn check_accepting(&self) -> Result<(), Error> {
         let refused = self.destroyed.load(SeqCst)
@@ -628,15 +613,15 @@ impl WqShared {
         from_timer: bool,
     ) -> Result<(), Task> {
         let queued_cpu = cpu::current_cpu();
-        // The table stays read-locked until the item is on its way: it keeps the pwq and
-        // its pool alive without another reference count per item, and lets `freeze`
-        // wait out queue calls that passed the gate before it closed (`freeze.rs`).
+        // The table's read section lasts until the item is on its way: it keeps the pwq
+        // and its pool alive without another reference count per item, and lets
+        // `freeze` wait out queue calls that passed the gate before it closed.
         let mut table;
         let (pwq, colour) = loop {
             if self.destroyed.load(SeqCst) || (!from_timer && self.check_accepting().is_err()) {
                 return Err(task);
             }
-            table = read(&self.table);
+            table = self.table.read();
             let Some(pwq) = Self::pick_pwq(&table, cpu, queued_cpu) else {
                 return Err(task);
             };
@@ -661,7 +646,7 @@ impl WqShared {
             },
         };
         crate::trace::queue_work(&entry, cpu, queued_cpu);
-        // The table lock ends before any kick: waking or starting a worker may call
+        // The read section ends before any kick: waking or starting a worker may call
         // an error hook (thread creation failed), which may change this workqueue.
         let mut join_pending = false;
         // A failed take may have overshot for a moment (`NodeActive::try_inc`): an undo

@@ -1,11 +1,9 @@
 //! Event counters: plain, worker-owned and sharded atomics, the per-worker, per-pool and
 //! per-item sets built from them, and lock-contention counting (legend in `stats.rs`).
 
+use crate::lease::{self, Slot, LEASES};
 use crate::sync::unmodelled;
-use crate::sync::{
-    AtomicU64,
-    Ordering::{Relaxed, Release},
-};
+use crate::sync::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 #[cfg(feature = "stats")]
 use std::time::Instant;
@@ -152,8 +150,8 @@ fn locality_index(place: Place) -> usize {
     }
 }
 
-/// Shards of a [`ShardedCounter`], and leases on them.
-const SHARDS: usize = 8;
+/// Shards of a [`ShardedCounter`]: one per thread lease.
+const SHARDS: usize = LEASES;
 
 /// One shard, alone on its cache line: the lessee's part and everyone else's.
 #[derive(Default, Debug)]
@@ -166,11 +164,10 @@ struct Shard {
 }
 
 /// A monotonic counter that queuers and workers of many CPUs bump. A thread holding
-/// one of the [`SHARDS`] leases (taken at its first count, given back when it exits)
-/// adds into its shard's `leased` part with a load and a store: no locked instruction,
-/// on a line no other thread writes. Threads beyond the leases add into the `shared`
-/// part of a shard chosen per thread (a locked add). Reading sums both parts of every
-/// shard.
+/// one of the [`LEASES`] (`lease.rs`) adds into its shard's `leased` part with a load
+/// and a store: no locked instruction, on a line no other thread writes. Threads
+/// beyond the leases add into the `shared` part of a shard chosen per thread (a locked
+/// add). Reading sums both parts of every shard.
 #[derive(Default, Debug)]
 pub(crate) struct ShardedCounter([Shard; SHARDS]);
 
@@ -184,7 +181,7 @@ impl ShardedCounter {
     /// Adds `n`.
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        match shard() {
+        match lease::slot() {
             Slot::Leased(i) => self.0[i].leased.add_exclusive(n),
             Slot::Shared(i) => self.0[i].shared.add(n),
         }
@@ -193,61 +190,6 @@ impl ShardedCounter {
     pub(crate) fn get(&self) -> u64 {
         self.0.iter().map(|s| s.leased.get() + s.shared.get()).sum()
     }
-}
-
-/// Where the calling thread's counts go.
-#[derive(Clone, Copy)]
-enum Slot {
-    /// Its own shard's `leased` part.
-    Leased(usize),
-    /// A shard's `shared` part.
-    Shared(usize),
-}
-
-/// A: the leased shards, one bit each. A lease is taken with an `Acquire` CAS that
-/// pairs with the previous holder's `Release` clearing of the bit when its thread
-/// exited, so the new holder's loads see the old holder's last stores into every
-/// `leased` part and its load-and-store adds lose nothing.
-static LEASES: unmodelled::AtomicU32 = unmodelled::AtomicU32::new(0);
-
-/// The calling thread's lease (W), given back when the thread exits.
-struct Lease(Slot);
-
-impl Lease {
-    fn take() -> Lease {
-        use crate::sync::Ordering::Acquire;
-        let all = (1u32 << SHARDS) - 1;
-        let mut taken = LEASES.load(Relaxed);
-        while taken & all != all {
-            let i = (!taken & all).trailing_zeros();
-            match LEASES.compare_exchange_weak(taken, taken | 1 << i, Acquire, Relaxed) {
-                Ok(_) => return Lease(Slot::Leased(i as usize)),
-                Err(now) => taken = now,
-            }
-        }
-        // All leased: share a shard, chosen round-robin (a relaxed ID counter).
-        static NEXT: unmodelled::AtomicUsize = unmodelled::AtomicUsize::new(0);
-        Lease(Slot::Shared(NEXT.fetch_add(1, Relaxed) % SHARDS))
-    }
-}
-
-impl Drop for Lease {
-    fn drop(&mut self) {
-        if let Slot::Leased(i) = self.0 {
-            // Pairs with the next holder's `Acquire` (see `LEASES`).
-            LEASES.fetch_and(!(1 << i), Release);
-        }
-    }
-}
-
-/// The calling thread's slot; a thread whose lease is already gone (counting from
-/// another thread-local's destructor) shares shard 0.
-#[inline]
-fn shard() -> Slot {
-    thread_local! {
-        static MINE: Lease = Lease::take();
-    }
-    MINE.try_with(|m| m.0).unwrap_or(Slot::Shared(0))
 }
 
 /// Item counters, kept per pool and per workqueue.
@@ -403,6 +345,7 @@ mod tests {
     #[test]
     fn a_sharded_counter_loses_no_add_across_leases_and_exits() {
         let counter = Arc::new(ShardedCounter::default());
+        let mut expected = [(0u64, 0u64); SHARDS];
         for wave in 0..3u64 {
             let threads: Vec<_> = (0..2 * SHARDS as u64)
                 .map(|t| {
@@ -411,16 +354,26 @@ mod tests {
                         for _ in 0..1000 + t {
                             counter.inc();
                         }
+                        (lease::slot(), 1000 + t)
                     })
                 })
                 .collect();
             for t in threads {
-                t.join().unwrap();
+                match t.join().unwrap() {
+                    (Slot::Leased(i), adds) => expected[i].0 += adds,
+                    (Slot::Shared(i), adds) => expected[i].1 += adds,
+                }
             }
             let per_wave: u64 = (0..2 * SHARDS as u64).map(|t| 1000 + t).sum();
             assert_eq!(counter.get(), (wave + 1) * per_wave);
         }
-        let leased: u64 = counter.0.iter().map(|s| s.leased.get()).sum();
-        assert!(leased > 0, "some adds went through a lease");
+        // Each part holds exactly the adds of the threads that used it (other tests'
+        // threads may hold some leases meanwhile, so which parts is not fixed).
+        let parts: Vec<(u64, u64)> = counter
+            .0
+            .iter()
+            .map(|s| (s.leased.get(), s.shared.get()))
+            .collect();
+        assert_eq!(parts, expected);
     }
 }

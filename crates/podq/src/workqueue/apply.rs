@@ -6,7 +6,7 @@ use crate::sync::Ordering::Relaxed;
 use std::sync::{Arc, Weak};
 
 use super::registry::{default_scope, pools, NEXT_POOL_ID};
-use super::{read, write, Config, Hold, Pwq, Released, Table, WqShared};
+use super::{Config, Hold, Pwq, Released, Table, WqShared};
 use crate::attrs::{self, PoolKey};
 use crate::auto::{self, AutoRun};
 use crate::policy;
@@ -74,7 +74,7 @@ impl WqShared {
             },
             None => attrs.clone(),
         };
-        let old_table = Arc::clone(&read(&self.table));
+        let old_table = self.table.load();
         let mut old: Vec<Arc<Pwq>> = Vec::new();
         for pwq in old_table
             .cpu_pwq
@@ -135,7 +135,7 @@ impl WqShared {
         });
         // Commit.
         lock(&self.pwqs).extend(fresh.iter().cloned());
-        let old_table = std::mem::replace(&mut *write(&self.table), Arc::clone(&table));
+        let old_table = self.table.replace(Arc::clone(&table));
         let mut retired = Vec::new();
         let in_new = |p: &Arc<Pwq>| {
             table
@@ -245,7 +245,7 @@ impl WqShared {
         let mut cfg = lock(&wq.config);
         cfg.attrs.max_active = n;
         cfg.attrs.min_active = cfg.attrs.min_active.min(n);
-        let effective = read(&wq.table).unbound.clone();
+        let effective = wq.table.read().unbound.clone();
         wq.store_node_limits(&policy::node_limits_with_floor(
             n,
             cfg.attrs.min_active,

@@ -14,7 +14,7 @@ use std::sync::Arc;
 
 use podq_topology::CpuSet;
 
-use super::{lock, read, WqShared};
+use super::{lock, WqShared};
 use crate::entry::Task;
 use crate::join::{self, JoinHandle, Panicked};
 use crate::pool;
@@ -177,7 +177,7 @@ impl WqShared {
     {
         self.check_accepting()?;
         let cfg = lock(&self.config);
-        let table = Arc::clone(&read(&self.table));
+        let table = self.table.load();
         let mut queued = Vec::new();
         for (cpu, cpus) in targets(&table.cpu_pwq, &table.unbound) {
             let (handle, task) = join::pair(make(cpus.clone()));

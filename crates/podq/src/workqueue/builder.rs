@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crossbeam_utils::sync::ShardedLock;
+use crate::published::Published;
 use podq_topology::{CpuSet, Scope, Topology};
 
 use super::flush::FlushDomain;
@@ -383,7 +383,7 @@ impl WorkqueueBuilder {
                 retired: Vec::new(),
                 auto: None,
             }),
-            table: ShardedLock::new(Arc::new(Table {
+            table: Published::new(Arc::new(Table {
                 cpu_pwq: Vec::new(),
                 dfl: None,
                 unbound: CpuSet::new(),

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{lock, read, Hold, Table};
+use super::{lock, Hold, Table};
 use crate::{Error, Workqueue};
 
 impl Workqueue {
@@ -32,7 +32,7 @@ impl Workqueue {
     /// ```
     pub fn congested(&self, cpu: usize) -> Result<bool, Error> {
         let wq = self.shared();
-        let table: Arc<Table> = Arc::clone(&read(&wq.table));
+        let table: Arc<Table> = wq.table.load();
         let pwq = match table.cpu_pwq.get(cpu) {
             Some(Some(pwq)) if table.unbound.contains(cpu) => pwq,
             _ => {

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::{lock, read, Hold, Pwq, Table, WqShared};
+use super::{lock, Hold, Pwq, Table, WqShared};
 use crate::{busy, watchdog, Workqueue};
 
 /// A workqueue's state (from [`Workqueue::dump`]). A snapshot taken without stopping
@@ -141,7 +141,7 @@ impl Workqueue {
 impl WqShared {
     pub(crate) fn dump(&self) -> WorkqueueDump {
         let attrs = lock(&self.config).attrs.clone();
-        let table: Arc<Table> = Arc::clone(&read(&self.table));
+        let table: Arc<Table> = self.table.load();
         let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
         let now = Instant::now();
         let is_current = |pwq: &Arc<Pwq>| {

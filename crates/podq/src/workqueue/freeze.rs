@@ -14,7 +14,7 @@
 use crate::sync::{AtomicBool, Ordering::SeqCst};
 use std::time::Duration;
 
-use super::{lock, write, WqShared};
+use super::{lock, WqShared};
 use crate::{pool, Error, Workqueue};
 
 /// How often `freeze` looks at the active slots, at most (it starts at 50 µs and
@@ -126,10 +126,10 @@ impl WqShared {
         self.freeze.frozen.store(true, SeqCst);
         drop(cfg);
         // A queue call that loaded a gate clear before it closed may still take a slot
-        // on the fast path; it holds the table read-locked until its item is on a
-        // worklist. Taking the write lock once waits for every such call, so from here
-        // on the active slots count all of them.
-        drop(write(&self.table));
+        // on the fast path; it stays in a read section of the table until its item is
+        // on a worklist. One grace period waits for every such call, so from here on
+        // the active slots count all of them.
+        self.table.synchronize();
     }
 
     /// Waits until no item holds an active slot; stops if a thaw came first.

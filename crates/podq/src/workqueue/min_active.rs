@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{lock, read, WqShared};
+use super::{lock, WqShared};
 use crate::policy;
 use crate::{Error, Workqueue};
 
@@ -53,7 +53,7 @@ impl WqShared {
             });
         }
         cfg.attrs.min_active = n;
-        let effective = read(&self.table).unbound.clone();
+        let effective = self.table.read().unbound.clone();
         self.store_node_limits(&policy::node_limits_with_floor(
             max_active,
             n,

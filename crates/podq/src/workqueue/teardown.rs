@@ -8,7 +8,7 @@ use std::sync::Arc;
 use podq_topology::CpuSet;
 
 use super::registry::registry;
-use super::{write, Pwq, Table, WqHandle};
+use super::{Pwq, Table, WqHandle};
 use crate::delayed;
 use crate::pool::{self, PoolCore};
 use crate::sync::lock;
@@ -33,14 +33,11 @@ impl Drop for WqHandle {
         drop(lock(&wq.config));
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
-        let old = std::mem::replace(
-            &mut *write(&wq.table),
-            Arc::new(Table {
-                cpu_pwq: Vec::new(),
-                dfl: None,
-                unbound: CpuSet::new(),
-            }),
-        );
+        let old = wq.table.replace(Arc::new(Table {
+            cpu_pwq: Vec::new(),
+            dfl: None,
+            unbound: CpuSet::new(),
+        }));
         drop(old);
         let mut retiring: Vec<Arc<Pwq>> = Vec::new();
         lock(&wq.pwqs).retain(|pwq| {
