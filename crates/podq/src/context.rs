@@ -32,7 +32,10 @@ thread_local! {
 
 /// Accounts a finished (or dropped) item through the calling thread's held completions.
 pub(crate) fn complete(meta: EntryMeta) {
-    COMPLETIONS.with(|c| c.borrow_mut().complete(meta.pwq, meta.colour));
+    COMPLETIONS.with(|c| {
+        let colour = meta.colour();
+        c.borrow_mut().complete(meta.pwq, colour)
+    });
 }
 
 /// Settles the calling thread's held completions.

@@ -31,15 +31,71 @@ pub(crate) struct Entry {
 /// The accounting part of an [`Entry`].
 pub(crate) struct EntryMeta {
     pub(crate) pwq: PwqRef,
-    /// Flush colour (see `workqueue/flush.rs`).
-    pub(crate) colour: Colour,
-    /// The CPU of the queueing thread, in the workqueue's topology.
-    #[cfg_attr(not(feature = "stats"), allow(dead_code))]
-    pub(crate) queued_cpu: u32,
-    /// When it was queued, for the one item in `stats/sample.rs` whose latency is
-    /// measured.
+    /// One word, so that the statistics add nothing to an entry: bit 0 the flush colour
+    /// (`workqueue/flush.rs`); bits 1–23 the CPU of the queueing thread in the
+    /// workqueue's topology ([`CPU_UNKNOWN`] if it does not fit); bits 24–63, with
+    /// `stats`, when it was queued if it is one of the items whose latency is measured
+    /// (`stats/sample.rs`; 0: not measured).
+    word: u64,
+}
+
+/// [`EntryMeta`]'s word without a stamp.
+fn pack(colour: Colour, queued_cpu: usize) -> u64 {
+    let cpu = u64::try_from(queued_cpu).map_or(CPU_UNKNOWN, |c| c.min(CPU_UNKNOWN));
+    colour.bit() | cpu << 1
+}
+
+/// The queueing CPU in [`EntryMeta`]'s word (`usize::MAX` if unknown).
+#[cfg_attr(not(feature = "stats"), allow(dead_code))]
+fn unpack_cpu(word: u64) -> usize {
+    match (word >> 1) & CPU_UNKNOWN {
+        CPU_UNKNOWN => usize::MAX,
+        cpu => cpu as usize,
+    }
+}
+
+/// Bits of the queueing CPU in [`EntryMeta`]'s word.
+const CPU_BITS: u32 = 23;
+/// The queueing CPU when it does not fit in [`CPU_BITS`] (or is unknown).
+const CPU_UNKNOWN: u64 = (1 << CPU_BITS) - 1;
+/// Where the stamp starts in [`EntryMeta`]'s word.
+#[cfg(feature = "stats")]
+const STAMP_SHIFT: u32 = 1 + CPU_BITS;
+#[cfg(feature = "stats")]
+const _: () = assert!(STAMP_SHIFT + crate::stats::Stamp::BITS == 64);
+
+impl EntryMeta {
+    /// The accounting of an item queued on `pwq` in `colour` from `queued_cpu`.
+    #[inline]
+    pub(crate) fn new(pwq: PwqRef, colour: Colour, queued_cpu: usize) -> EntryMeta {
+        #[allow(unused_mut)]
+        let mut word = pack(colour, queued_cpu);
+        #[cfg(feature = "stats")]
+        if let Some(stamp) = crate::stats::sample_stamp() {
+            word |= stamp.to_bits() << STAMP_SHIFT;
+        }
+        EntryMeta { pwq, word }
+    }
+
+    /// Its flush colour.
+    #[inline]
+    pub(crate) fn colour(&self) -> Colour {
+        Colour::from_bit(self.word)
+    }
+
+    /// The CPU it was queued from, in the workqueue's topology (`usize::MAX` if unknown).
     #[cfg(feature = "stats")]
-    pub(crate) queued_at: Option<crate::stats::Stamp>,
+    #[inline]
+    pub(crate) fn queued_cpu(&self) -> usize {
+        unpack_cpu(self.word)
+    }
+
+    /// When it was queued, if it is an item whose latency is measured.
+    #[cfg(feature = "stats")]
+    #[inline]
+    pub(crate) fn queued_at(&self) -> Option<crate::stats::Stamp> {
+        crate::stats::Stamp::from_bits(self.word >> STAMP_SHIFT)
+    }
 }
 
 #[cfg(all(test, not(loom)))]
@@ -47,8 +103,27 @@ mod size_tests {
     /// A queue entry's size is memory per queued item (the README's Performance
     /// section gives it): this keeps a change that grows it visible.
     #[test]
-    fn a_queue_entry_is_48_bytes() {
-        let expected = if cfg!(feature = "stats") { 48 } else { 40 };
-        assert_eq!(std::mem::size_of::<super::Entry>(), expected);
+    fn a_queue_entry_is_40_bytes_with_or_without_stats() {
+        assert_eq!(std::mem::size_of::<super::Entry>(), 40);
+    }
+
+    #[test]
+    fn the_meta_word_keeps_colour_and_cpu() {
+        use super::{pack, unpack_cpu, CPU_BITS};
+        use crate::workqueue::flush::Colour;
+        for bit in [0, 1] {
+            let colour = Colour::from_bit(bit);
+            for cpu in [0, 1, 4095, 65_535, (1 << CPU_BITS) - 2] {
+                let word = pack(colour, cpu);
+                assert_eq!(Colour::from_bit(word), colour);
+                assert_eq!(unpack_cpu(word), cpu);
+            }
+            // Too large to keep: unknown, and the colour survives.
+            for cpu in [(1 << CPU_BITS) - 1, usize::MAX] {
+                let word = pack(colour, cpu);
+                assert_eq!(Colour::from_bit(word), colour);
+                assert_eq!(unpack_cpu(word), usize::MAX);
+            }
+        }
     }
 }

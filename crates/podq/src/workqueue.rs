@@ -637,13 +637,7 @@ impl WqShared {
         let node = &self.nodes[pwq.node];
         let entry = Entry {
             task,
-            meta: EntryMeta {
-                pwq: PwqRef::counted(pwq),
-                colour,
-                queued_cpu: u32::try_from(queued_cpu).unwrap_or(u32::MAX),
-                #[cfg(feature = "stats")]
-                queued_at: crate::stats::sample_stamp(),
-            },
+            meta: EntryMeta::new(PwqRef::counted(pwq), colour, queued_cpu),
         };
         crate::trace::queue_work(&entry, cpu, queued_cpu);
         // The read section ends before any kick: waking or starting a worker may call

@@ -299,12 +299,8 @@ fn execute(
     // end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
     let start = {
-        record.locality(policy::locality(
-            &owner.topology,
-            meta.queued_cpu as usize,
-            cpu,
-        ));
-        meta.queued_at.map(|queued| {
+        record.locality(policy::locality(&owner.topology, meta.queued_cpu(), cpu));
+        meta.queued_at().map(|queued| {
             let start = Instant::now();
             record.queue_to_start(queued.ns_until(start));
             start

@@ -7,11 +7,23 @@ use std::sync::OnceLock;
 #[cfg(feature = "stats")]
 use std::time::Instant;
 
-/// When a measured item was queued: nanoseconds since the process's first stamp, plus
-/// one. Eight bytes in every queue entry, where an `Option<Instant>` takes sixteen.
+/// When a measured item was queued, in [`Stamp::BITS`] bits, so that it shares one word
+/// of the queue entry with the flush colour and the queueing CPU (`entry.rs`): ticks of
+/// [`TICK_NS`] since the process's first stamp, modulo [`PERIOD`] (about 2.4 hours),
+/// plus one. A wait longer than the period is measured modulo the period: a queue
+/// entry then reads as having waited less (the watchdog reports such stalls).
 #[cfg(feature = "stats")]
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp(NonZeroU64);
+
+/// Resolution of a [`Stamp`]: at most this much error per measurement, below the cost of
+/// one clock read.
+#[cfg(feature = "stats")]
+const TICK_NS: u64 = 8;
+
+/// Ticks a [`Stamp`] counts before wrapping: 2^40 - 1, about 2.44 hours of 8 ns ticks.
+#[cfg(feature = "stats")]
+const PERIOD: u64 = (1 << Stamp::BITS) - 1;
 
 #[cfg(feature = "stats")]
 impl Stamp {
@@ -21,17 +33,38 @@ impl Stamp {
         *BASE.get_or_init(Instant::now)
     }
 
+    /// Bits a stamp takes.
+    pub(crate) const BITS: u32 = 40;
+
     fn now() -> Stamp {
-        let base = Stamp::base();
-        let ns = u64::try_from(base.elapsed().as_nanos()).unwrap_or(u64::MAX - 1);
-        Stamp(NonZeroU64::MIN.saturating_add(ns))
+        Stamp::at(Instant::now())
     }
 
-    /// Nanoseconds from this stamp to `to`, saturating (0 if `to` is earlier).
+    /// The stamp of `at` (an instant before the base counts as the base).
+    fn at(at: Instant) -> Stamp {
+        let ticks = Stamp::ticks(at);
+        Stamp(NonZeroU64::MIN.saturating_add(ticks))
+    }
+
+    /// Ticks from the base to `at`, modulo the period.
+    fn ticks(at: Instant) -> u64 {
+        let ns = at.saturating_duration_since(Stamp::base()).as_nanos();
+        (ns / u128::from(TICK_NS) % u128::from(PERIOD)) as u64
+    }
+
+    /// Nanoseconds from this stamp to `to` (a later instant), modulo the period.
     pub(crate) fn ns_until(self, to: Instant) -> u64 {
-        let to = u64::try_from(to.saturating_duration_since(Stamp::base()).as_nanos())
-            .unwrap_or(u64::MAX);
-        to.saturating_sub(self.0.get() - 1)
+        let from = self.0.get() - 1;
+        (Stamp::ticks(to) + PERIOD - from) % PERIOD * TICK_NS
+    }
+
+    /// The stamp as a non-zero number below 2^[`BITS`](Self::BITS), and back (0: none).
+    pub(crate) fn to_bits(self) -> u64 {
+        self.0.get()
+    }
+
+    pub(crate) fn from_bits(bits: u64) -> Option<Stamp> {
+        NonZeroU64::new(bits & PERIOD).map(Stamp)
     }
 }
 
@@ -71,16 +104,33 @@ pub(crate) fn elapsed_ns(start: Instant) -> u64 {
 mod tests {
     use super::*;
 
+    use std::time::Duration;
+
     #[test]
     fn a_stamp_measures_to_a_later_instant() {
         let stamp = Stamp::now();
-        let later = Instant::now() + std::time::Duration::from_micros(250);
+        let later = Instant::now() + Duration::from_micros(250);
         let ns = stamp.ns_until(later);
         assert!((250_000..250_000 + 50_000_000).contains(&ns), "{ns}");
+    }
+
+    #[test]
+    fn a_stamp_is_exact_to_a_tick_and_wraps_after_the_period() {
+        let base = Stamp::base();
+        let at = base + Duration::from_nanos(1_000_003);
+        let stamp = Stamp::at(at);
+        assert_eq!(stamp.ns_until(at), 0);
+        assert_eq!(stamp.ns_until(at + Duration::from_nanos(800)), 800);
+        let ns = stamp.ns_until(at + Duration::from_nanos(12_345));
+        assert!(ns.abs_diff(12_345) < TICK_NS, "{ns}");
+        let period = Duration::from_nanos(PERIOD * TICK_NS);
         assert_eq!(
-            stamp.ns_until(Stamp::base()),
-            0,
-            "an earlier instant gives 0"
+            stamp.ns_until(at + period + Duration::from_micros(5)),
+            5_000
         );
+        let bits = stamp.to_bits();
+        assert!(bits != 0 && bits < 1 << Stamp::BITS);
+        assert_eq!(Stamp::from_bits(bits), Some(stamp));
+        assert_eq!(Stamp::from_bits(0), None);
     }
 }

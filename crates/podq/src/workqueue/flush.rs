@@ -26,6 +26,15 @@ impl Colour {
     pub(crate) fn index(self) -> usize {
         usize::from(self.0)
     }
+
+    /// The colour as one bit (for `EntryMeta`'s packed word), and back.
+    pub(crate) fn bit(self) -> u64 {
+        u64::from(self.0)
+    }
+
+    pub(crate) fn from_bit(bit: u64) -> Colour {
+        Colour((bit & 1) as u8)
+    }
 }
 
 /// Set once a pwq retired: only from an all-zero word, so a retired pwq never again
