@@ -73,7 +73,7 @@ pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinH
     expect_default().spawn(f)
 }
 
-/// As [`spawn`], the item labelled `label` ([`crate::current`] reports it).
+/// As [`spawn`], the item labelled `label` ([`crate::current()`] reports it).
 ///
 /// # Panics
 /// If the default workqueue cannot be built (see [`default_workqueue`]).

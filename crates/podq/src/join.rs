@@ -190,7 +190,7 @@ struct Spawned<F, T, L> {
     result: UnsafeCell<MaybeUninit<Result<T, Box<Panicked>>>>,
     /// V: the waiter, guarded by `WAITER_LOCK`.
     waiter: UnsafeCell<Option<Waker>>,
-    /// I: the label [`crate::current`] reports while it runs.
+    /// I: the label [`crate::current()`] reports while it runs.
     label: L,
 }
 
@@ -534,7 +534,7 @@ pub(crate) fn pair<T: Send + 'static>(
     pair_named(None, f)
 }
 
-/// As [`pair`], the item labelled `label` ([`crate::current`]).
+/// As [`pair`], the item labelled `label` ([`crate::current()`]).
 pub(crate) fn pair_named<T: Send + 'static>(
     label: Option<Arc<str>>,
     f: impl FnOnce() -> T + Send + 'static,

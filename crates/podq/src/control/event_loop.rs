@@ -29,7 +29,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 /// The server thread's state: everything here is T (owned by that thread).
 pub(super) struct EventLoop {
     listener: UnixListener,
-    /// Readable (EOF) once [`ControlServer::stop`] shuts the other end.
+    /// Readable (EOF) once [`ControlServer::stop`](crate::control::ControlServer::stop) shuts the other end.
     wake: UnixStream,
     target: Arc<dyn ControlTarget>,
     server_uid: u32,

@@ -230,7 +230,7 @@ impl WqShared {
         self.activate(node);
     }
 
-    /// [`Workqueue::set_max_active`]; also what the control plane calls.
+    /// [`Workqueue::set_max_active`](crate::Workqueue::set_max_active); also what the control plane calls.
     pub(super) fn set_max_active(&self, n: usize) -> Result<(), Error> {
         let wq = self;
         if wq.ordered {

@@ -7,7 +7,7 @@ use crate::join::JoinHandle;
 use crate::Workqueue;
 
 impl Workqueue {
-    /// As [`Workqueue::spawn`], the item labelled `label`, which [`crate::current`]
+    /// As [`Workqueue::spawn`], the item labelled `label`, which [`crate::current()`]
     /// reports while it runs.
     ///
     /// ```
