@@ -62,7 +62,7 @@ impl<T> Published<T> {
 
     /// [`read`](Self::read) as the holder of `slot` (the loom models pick it).
     #[inline]
-    fn read_as(&self, slot: Slot) -> ReadGuard<'_, T> {
+    pub(crate) fn read_as(&self, slot: Slot) -> ReadGuard<'_, T> {
         let Slot::Leased(i) = slot else {
             let guard = read_lock(&self.unleased);
             // Acquire: pairs with the writers' swaps (which the lock orders anyway).

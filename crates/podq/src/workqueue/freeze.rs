@@ -170,3 +170,52 @@ impl WqShared {
         true
     }
 }
+
+#[cfg(all(test, loom))]
+mod loom_tests {
+    use std::sync::Arc;
+
+    use crate::lease::Slot;
+    use crate::published::Published;
+    use crate::sync::{AtomicBool, Ordering::SeqCst};
+    use crate::workqueue::node::NodeActive;
+
+    /// Step 2 of a freeze (`README.md`, "Freeze"): a queue call loads its pwq's gate
+    /// inside a read section of the table and, finding it open, takes a node slot on
+    /// the fast path (`enqueue_any`); the freezer closes the gate, waits out the
+    /// sections (`Published::synchronize`, as `freeze_begin`) and reads the node's
+    /// active count (as `wait_frozen`). The real section, gate ordering and slot take,
+    /// for a reader of `slot`: a slot taken on the fast path is always counted.
+    fn freeze_sees_every_fast_path_slot(slot: Slot) {
+        loom::model(move || {
+            let table = Arc::new(Published::new(Arc::new(())));
+            let gate = Arc::new(AtomicBool::new(false));
+            let node = Arc::new(NodeActive::<u32>::new());
+            node.set_max(4);
+            let queuer = {
+                let (table, gate, node) = (table.clone(), gate.clone(), node.clone());
+                loom::thread::spawn(move || {
+                    let section = table.read_as(slot);
+                    let took = !gate.load(SeqCst) && node.try_inc();
+                    drop(section);
+                    took
+                })
+            };
+            gate.store(true, SeqCst);
+            table.synchronize();
+            let active = node.active_of_max().0;
+            let took = queuer.join().unwrap();
+            assert!(!took || active == 1, "a fast-path slot the freezer missed");
+        });
+    }
+
+    #[test]
+    fn loom_freeze_counts_a_leased_fast_path_slot() {
+        freeze_sees_every_fast_path_slot(Slot::Leased(0));
+    }
+
+    #[test]
+    fn loom_freeze_counts_an_unleased_fast_path_slot() {
+        freeze_sees_every_fast_path_slot(Slot::Shared(0));
+    }
+}
