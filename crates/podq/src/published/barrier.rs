@@ -45,18 +45,20 @@ impl Barrier {
     pub(super) fn heavy(&self) {
         #[cfg(not(any(loom, miri)))]
         if self.expedited {
-            // SAFETY: membarrier takes no pointers; the command was registered.
-            let rc = unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED,
-                    0,
-                    0,
-                )
-            };
-            // After a successful registration the command cannot fail (membarrier(2)):
-            // if it did, readers that skipped their fence would be unprotected.
-            assert_eq!(rc, 0, "membarrier failed after registration");
+            // After a successful registration the command does not fail (membarrier(2));
+            // should the registration be gone (a forked child's fresh process), register
+            // again. Without the barrier, readers that skipped their fence would be
+            // unprotected, so a failure of both is fatal.
+            if membarrier(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
+                && (membarrier(libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) != 0
+                    || membarrier(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0)
+            {
+                panic!(
+                    "podq: membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) failed after \
+                     registration: {}",
+                    std::io::Error::last_os_error()
+                );
+            }
             return;
         }
         fence(SeqCst);
@@ -69,15 +71,18 @@ impl Barrier {
 fn expedited_registered() -> bool {
     static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *REGISTERED.get_or_init(|| {
-        let membarrier = |cmd: libc::c_int| {
-            // SAFETY: membarrier takes no pointers.
-            unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
-        };
         let supported = membarrier(libc::MEMBARRIER_CMD_QUERY);
         supported > 0
             && supported & libc::c_long::from(libc::MEMBARRIER_CMD_PRIVATE_EXPEDITED) != 0
             && membarrier(libc::MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0
     })
+}
+
+/// The membarrier system call with no flags: its return value.
+#[cfg(not(any(loom, miri)))]
+fn membarrier(cmd: libc::c_int) -> libc::c_long {
+    // SAFETY: membarrier takes no pointers.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
 }
 
 #[cfg(any(loom, miri))]
