@@ -545,6 +545,20 @@ pub(crate) fn pair_named<T: Send + 'static>(
     }
 }
 
+/// A block for `f` with only the task's reference: no handle will read the result, so
+/// completing it is a load and a free (protocol step 2 with `HANDLE` clear from the
+/// start), and no side ever takes a locked instruction on it.
+pub(crate) fn detached(f: impl FnOnce() + Send + 'static) -> OnceTask {
+    let block: NonNull<dyn RunOnce> = NonNull::from(Box::leak(Box::new(Spawned {
+        state: AtomicU32::new(TASK),
+        f: UnsafeCell::new(MaybeUninit::new(f)),
+        result: UnsafeCell::new(MaybeUninit::uninit()),
+        waiter: UnsafeCell::new(None),
+        label: (),
+    })));
+    OnceTask(Some(block))
+}
+
 /// The block for `f` with `label`, and its two references.
 fn pair_in<T: Send + 'static, L: Label>(
     label: L,
@@ -577,6 +591,39 @@ mod tests {
         assert_eq!(task.run(), None);
         assert!(handle.is_finished());
         assert_eq!(handle.join().unwrap(), 42);
+    }
+
+    #[test]
+    fn a_detached_item_runs_or_drops_its_closure_once() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let guard = DropCount::default();
+        let dropped = Arc::clone(&guard.0);
+        let task = detached(move || {
+            let _guard = guard;
+            tx.send(1).unwrap();
+        });
+        assert_eq!(task.run(), None);
+        assert_eq!(rx.try_recv(), Ok(1));
+        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let guard = DropCount::default();
+        let dropped = Arc::clone(&guard.0);
+        drop(detached(move || drop(guard)));
+        assert_eq!(
+            dropped.load(std::sync::atomic::Ordering::SeqCst),
+            1,
+            "dropped unrun"
+        );
+        assert_eq!(detached(|| panic!("alone")).run().as_deref(), Some("alone"));
+    }
+
+    /// Counts its drops.
+    #[derive(Default)]
+    struct DropCount(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Drop for DropCount {
+        fn drop(&mut self) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 
     #[test]

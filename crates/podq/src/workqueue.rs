@@ -429,6 +429,50 @@ impl Workqueue {
         Ok(handle)
     }
 
+    /// Queues `f` to run once, with no handle: fire-and-forget, as `rayon::spawn`. It
+    /// costs one allocation and, beyond the queue call, no locked instruction (a
+    /// spawned item's handle costs one to drop). A panic in `f` goes to the panic hook,
+    /// as for a spawned item whose handle was dropped. Panics if the workqueue is
+    /// draining and the caller is not one of its items (see [`Workqueue::try_execute`]).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicU32, Ordering};
+    /// use std::sync::Arc;
+    ///
+    /// let wq = podq::Workqueue::builder("doc-execute").build()?;
+    /// let done = Arc::new(AtomicU32::new(0));
+    /// for _ in 0..4 {
+    ///     let done = Arc::clone(&done);
+    ///     wq.execute(move || {
+    ///         done.fetch_add(1, Ordering::Relaxed);
+    ///     });
+    /// }
+    /// wq.flush();
+    /// assert_eq!(done.load(Ordering::Relaxed), 4);
+    /// # Ok::<(), podq::Error>(())
+    /// ```
+    pub fn execute(&self, f: impl FnOnce() + Send + 'static) {
+        if let Err(e) = self.try_execute(f) {
+            panic!("{}", e.error());
+        }
+    }
+
+    /// As [`Workqueue::execute`], with a draining workqueue reported as an error that
+    /// gives the closure back.
+    pub fn try_execute<F>(&self, f: F) -> Result<(), SpawnError<F>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        let wq = self.shared();
+        if let Err(e) = wq.check_accepting() {
+            return Err(SpawnError::new(e, f));
+        }
+        // Past the check the call is queued, as in `try_spawn_labelled`; a refusal then
+        // (only a destroyed workqueue, impossible while `self` lives) drops it unrun.
+        let _ = wq.enqueue_any(Task::Once(join::detached(f)), None, true);
+        Ok(())
+    }
+
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
     /// was already pending, or the workqueue is draining and the caller is not one of
     /// its items (see [`Workqueue::try_queue_delayed`] for the reason). When the timer

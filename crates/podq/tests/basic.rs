@@ -599,3 +599,41 @@ fn an_ordered_workqueue_refuses_a_max_active_above_one() {
         .unwrap();
     assert_eq!(one.attrs().max_active, 1);
 }
+
+#[test]
+fn executed_items_each_run_once_and_their_panics_reach_the_hook() {
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let s = seen.clone();
+    let wq = Workqueue::builder("t-execute")
+        .panic_hook(move |r| s.lock().unwrap().push(r.message.to_owned()))
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    for _ in 0..5000 {
+        let runs = runs.clone();
+        wq.execute(move || {
+            runs.fetch_add(1, SeqCst);
+        });
+    }
+    wq.execute(|| panic!("detached boom"));
+    wq.flush();
+    assert_eq!(runs.load(SeqCst), 5000);
+    assert_eq!(*seen.lock().unwrap(), vec!["detached boom".to_owned()]);
+}
+
+#[test]
+fn a_refused_try_execute_gives_the_closure_back() {
+    let wq = Workqueue::builder("t-execute-back").build().unwrap();
+    wq.shutdown(Duration::from_secs(10)).unwrap();
+    let ran = Arc::new(AtomicUsize::new(0));
+    let r = ran.clone();
+    let refused = wq
+        .try_execute(move || {
+            r.fetch_add(1, SeqCst);
+        })
+        .unwrap_err();
+    assert!(matches!(refused.error(), Error::Draining { .. }));
+    assert_eq!(ran.load(SeqCst), 0, "refused, not run");
+    (refused.into_inner())();
+    assert_eq!(ran.load(SeqCst), 1, "the closure came back whole");
+}

@@ -159,3 +159,37 @@ fn spawn_allocates_once_per_item_on_all_threads() {
         assert!(allocs >= N as usize, "{allocs} allocations for {N} spawns");
     }
 }
+
+#[test]
+fn execute_allocates_once_per_item_on_all_threads() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let wq = Workqueue::builder("execute-allocs").build().unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let flood = |n: usize| {
+        for _ in 0..n {
+            let runs = runs.clone();
+            wq.execute(move || {
+                runs.fetch_add(1, SeqCst);
+            });
+        }
+        wq.flush();
+    };
+    const N: usize = 2000;
+    // Warm: workers, worklist and inactive-list capacities for N items at once.
+    for _ in 0..3 {
+        flood(N);
+    }
+    ALLOCS.store(0, SeqCst);
+    COUNT_ALL.store(true, SeqCst);
+    flood(N);
+    COUNT_ALL.store(false, SeqCst);
+    assert_eq!(runs.load(SeqCst), 4 * N);
+    let allocs = ALLOCS.load(SeqCst);
+    // As for spawn: a few one-off blocks a loaded machine may cause; one more block
+    // per item (the `Arc` clone captured here is not an allocation) would add N.
+    const ONE_OFFS: usize = 16;
+    assert!(
+        (N..=N + ONE_OFFS).contains(&allocs),
+        "{allocs} allocations for {N} executed items"
+    );
+}
