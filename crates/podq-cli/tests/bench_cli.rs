@@ -113,7 +113,13 @@ fn peers_workload_runs_every_peer_on_both_tests() {
         .concat(),
     );
     let results = results(&report, "peers");
-    for test in ["queue", "latency", "throughput_spawn", "throughput_work"] {
+    for test in [
+        "queue",
+        "latency",
+        "throughput_spawn",
+        "throughput_execute",
+        "throughput_work",
+    ] {
         let systems: Vec<&str> = results
             .iter()
             .filter(|r| r["test"] == test)
@@ -146,7 +152,7 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
         .concat(),
     );
     let results = results(&report, "throughput");
-    assert_eq!(results.len(), 4);
+    assert_eq!(results.len(), 6);
     for r in &results {
         let t = &r["throughput"];
         let (calls, accepted, runs) = (
@@ -159,7 +165,9 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
         assert_eq!(r["items"], runs, "{r}");
         match r["test"].as_str().unwrap() {
             // Every producer spawns 300 closures.
-            "throughput_spawn" => assert_eq!((calls, accepted), (600, 600), "{r}"),
+            "throughput_spawn" | "throughput_execute" => {
+                assert_eq!((calls, accepted), (600, 600), "{r}")
+            }
             // Producers stop once the driver has counted 2 x 300 runs, so at least
             // that many ran; calls on pending items were coalesced, for podq and for
             // the peer alike.
@@ -170,14 +178,12 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
             }
             other => panic!("unexpected result {other:?}"),
         }
-        assert_eq!(
-            t["mode"],
-            if r["test"] == "throughput_spawn" {
-                "spawn"
-            } else {
-                "work"
-            }
-        );
+        let mode = match r["test"].as_str().unwrap() {
+            "throughput_spawn" => "spawn",
+            "throughput_execute" => "execute",
+            _ => "work",
+        };
+        assert_eq!(t["mode"], mode);
     }
     assert_eq!(report["settings"]["works"], 4);
 }
@@ -406,8 +412,8 @@ fn plot_and_json_files_are_written() {
     let table = String::from_utf8_lossy(&out.stdout);
     assert!(table.contains("crossbeam-channel"), "{table}");
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    // queue, latency and the two throughput tests, for each of the two systems.
-    assert_eq!(results(&report, "peers").len(), 8);
+    // queue, latency and the three throughput tests, for each of the two systems.
+    assert_eq!(results(&report, "peers").len(), 10);
     let text = std::fs::read_to_string(&svg).unwrap();
     let doc = roxmltree::Document::parse(&text).expect("well-formed SVG");
     let texts: Vec<&str> = doc

@@ -112,10 +112,12 @@ pub fn tests(workload: Workload, o: &Options, topology: &Topology) -> Result<Vec
             queue,
             latency,
             throughput(throughput::Mode::Spawn),
+            throughput(throughput::Mode::Execute),
             throughput(throughput::Mode::Work),
         ],
         Workload::Throughput => vec![
             throughput(throughput::Mode::Spawn),
+            throughput(throughput::Mode::Execute),
             throughput(throughput::Mode::Work),
         ],
         Workload::Queue => vec![queue],
@@ -318,7 +320,7 @@ mod tests {
         assert_eq!(names(Workload::Ladder), ["queue", "latency"]);
         assert_eq!(
             names(Workload::Throughput),
-            ["throughput_spawn", "throughput_work"]
+            ["throughput_spawn", "throughput_execute", "throughput_work"]
         );
         let Test::Completion(c) = &tests(Workload::Completion, &o, &topo).unwrap()[0] else {
             panic!("not a completion definition");

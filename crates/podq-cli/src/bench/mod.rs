@@ -805,7 +805,7 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
             }
         }
     }
-    for test in ["throughput_spawn", "throughput_work"] {
+    for test in ["throughput_spawn", "throughput_execute", "throughput_work"] {
         let rows = of(test);
         if !rows.is_empty() {
             out.push_str(&throughput_table(test, &rows, args.works));
@@ -993,10 +993,18 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
             row
         })
         .collect();
+    let one_shot = ["system", "scope", "runs/s", "rounds min … max", "wall"];
     let (what, head): (String, &[&str]) = if test == "throughput_spawn" {
         (
             "one-shot tiny closures, handles dropped".to_owned(),
-            &["system", "scope", "runs/s", "rounds min … max", "wall"],
+            &one_shot,
+        )
+    } else if test == "throughput_execute" {
+        (
+            "one-shot tiny closures with no handle (podq's execute; the peers' spawn, \
+             which has none)"
+                .to_owned(),
+            &one_shot,
         )
     } else {
         (

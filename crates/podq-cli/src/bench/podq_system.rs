@@ -130,6 +130,12 @@ impl Queue for PodqQueue {
         drop(self.wq.spawn(move || tiny(seq)));
     }
 
+    fn execute_tiny(&self, seq: u64) {
+        self.wq.execute(move || {
+            tiny(seq);
+        });
+    }
+
     fn set_scope(&self, scope: Scope) -> Result<()> {
         self.wq
             .set_scope(scope)

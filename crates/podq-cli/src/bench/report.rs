@@ -67,7 +67,8 @@ pub struct TopologyInfo {
 /// One measured configuration.
 #[derive(Debug, Serialize)]
 pub struct RunResult {
-    /// `queue`, `latency`, `completion`, `throughput_spawn` or `throughput_work`.
+    /// `queue`, `latency`, `completion`, `throughput_spawn`, `throughput_execute` or
+    /// `throughput_work`.
     pub test: &'static str,
     /// `podq`, `rayon`, `tokio-spawn-blocking`, `crossbeam-channel`, `std-mpsc` or
     /// `pernode-threads`.
@@ -93,7 +94,7 @@ pub struct RunResult {
     pub submit_ns: Option<LatencySummary>,
     /// `completion` only.
     pub completion: Option<CompletionDetail>,
-    /// `throughput_spawn` and `throughput_work` only.
+    /// The `throughput_*` tests only.
     pub throughput: Option<super::workloads::throughput::ThroughputDetail>,
     /// `memory_spawn` and `memory_work` only.
     pub memory: Option<super::workloads::memory::MemoryDetail>,
@@ -297,7 +298,7 @@ impl LatencySummary {
 /// podq's best configuration against one peer.
 #[derive(Debug, Serialize)]
 pub struct Ratio {
-    /// `queue`, `latency`, `throughput_spawn` or `throughput_work`.
+    /// `queue`, `latency`, `throughput_spawn`, `throughput_execute` or `throughput_work`.
     pub test: &'static str,
     /// `items_per_sec` (higher is better), `p50_ns` or `p99_ns` (lower is better).
     pub metric: &'static str,
@@ -456,10 +457,17 @@ pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
     // The percentile a metric is, if it is one: results with too few samples for it
     // (see `min_samples`) take no part.
     type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool, f64);
-    let metrics: [Metric; 5] = [
+    let metrics: [Metric; 6] = [
         ("queue", "items_per_sec", |r| r.items_per_sec, true, 0.0),
         (
             "throughput_spawn",
+            "items_per_sec",
+            |r| r.items_per_sec,
+            true,
+            0.0,
+        ),
+        (
+            "throughput_execute",
             "items_per_sec",
             |r| r.items_per_sec,
             true,

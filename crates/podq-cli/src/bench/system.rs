@@ -166,6 +166,12 @@ pub trait Queue: Send + Sync {
     /// handle at once.
     fn spawn_tiny(&self, seq: u64);
 
+    /// As [`Queue::spawn_tiny`] through an API with no handle at all. The peers' spawns
+    /// have none, so by default the same call.
+    fn execute_tiny(&self, seq: u64) {
+        self.spawn_tiny(seq);
+    }
+
     /// Changes the affinity scope while items flow (podq only).
     fn set_scope(&self, scope: Scope) -> Result<()> {
         bail!("changing the scope live needs podq (got {scope})")

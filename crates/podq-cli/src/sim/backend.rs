@@ -43,7 +43,7 @@ pub fn workload(test: &Test, topology: &Topology, cq_high_priority: bool) -> Opt
             think_ns: ns(l.think),
             item_ns: ns(l.work),
         },
-        Test::Throughput(t) if t.mode == Mode::Spawn => return None,
+        Test::Throughput(t) if matches!(t.mode, Mode::Spawn | Mode::Execute) => return None,
         // The process's own memory and threads, and one topology per pod count: no
         // simulated counterpart.
         Test::Scale(_) | Test::Memory(_) | Test::Idle(..) => return None,

@@ -97,6 +97,7 @@ pub fn run(system: &dyn System, config: QueueConfig, params: &MemoryParams) -> R
     let started = Instant::now();
     match params.mode {
         Mode::Spawn => (0..n).for_each(|seq| queue.spawn_tiny(seq)),
+        Mode::Execute => (0..n).for_each(|seq| queue.execute_tiny(seq)),
         Mode::Work => {
             for work in &works {
                 work.submit();
@@ -111,7 +112,7 @@ pub fn run(system: &dyn System, config: QueueConfig, params: &MemoryParams) -> R
     let retained = counter.read().since(start_reading).live;
     drop(counter);
     let closure_bytes = match params.mode {
-        Mode::Spawn => 8,
+        Mode::Spawn | Mode::Execute => 8,
         Mode::Work => 0,
     };
     let bytes_per_item = queued.live as f64 / n as f64;

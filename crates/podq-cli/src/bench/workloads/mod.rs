@@ -56,12 +56,14 @@ impl Test {
             Test::Completion(_) => "completion",
             Test::Throughput(p) => match p.mode {
                 throughput::Mode::Spawn => "throughput_spawn",
+                throughput::Mode::Execute => "throughput_execute",
                 throughput::Mode::Work => "throughput_work",
             },
             Test::Scale(_) => "scale",
             Test::Idle(..) => "idle",
             Test::Memory(p) => match p.mode {
                 throughput::Mode::Spawn => "memory_spawn",
+                throughput::Mode::Execute => "memory_execute",
                 throughput::Mode::Work => "memory_work",
             },
         }

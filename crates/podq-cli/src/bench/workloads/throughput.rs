@@ -58,6 +58,9 @@ pub const DEFAULT_WORKS: usize = 64;
 pub enum Mode {
     /// One-shot closures, handles dropped.
     Spawn,
+    /// One-shot closures with no handle at all (podq's `execute`; the peers' spawn,
+    /// which has none).
+    Execute,
     /// Re-queued prepared items.
     Work,
 }
@@ -413,7 +416,7 @@ fn producer(
         placement::set_current_vcpu(Some(vcpu));
     }
     let works: Vec<Box<dyn Item>> = match params.mode {
-        Mode::Spawn => Vec::new(),
+        Mode::Spawn | Mode::Execute => Vec::new(),
         Mode::Work if queue.coalesces() => (0..params.works.max(1))
             .map(|_| queue.prepare(item_body(params.work, None)))
             .collect(),
@@ -439,6 +442,12 @@ fn producer(
         Mode::Spawn => {
             for seq in 0..params.items {
                 queue.spawn_tiny(seq);
+            }
+            (params.items, params.items)
+        }
+        Mode::Execute => {
+            for seq in 0..params.items {
+                queue.execute_tiny(seq);
             }
             (params.items, params.items)
         }
