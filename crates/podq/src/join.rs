@@ -549,14 +549,7 @@ pub(crate) fn pair_named<T: Send + 'static>(
 /// completing it is a load and a free (protocol step 2 with `HANDLE` clear from the
 /// start), and no side ever takes a locked instruction on it.
 pub(crate) fn detached(f: impl FnOnce() + Send + 'static) -> OnceTask {
-    let block: NonNull<dyn RunOnce> = NonNull::from(Box::leak(Box::new(Spawned {
-        state: AtomicU32::new(TASK),
-        f: UnsafeCell::new(MaybeUninit::new(f)),
-        result: UnsafeCell::new(MaybeUninit::uninit()),
-        waiter: UnsafeCell::new(None),
-        label: (),
-    })));
-    OnceTask(Some(block))
+    OnceTask(Some(new_block(TASK, (), f)))
 }
 
 /// The block for `f` with `label`, and its two references.
@@ -564,13 +557,7 @@ fn pair_in<T: Send + 'static, L: Label>(
     label: L,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> (JoinHandle<T>, OnceTask) {
-    let block = NonNull::from(Box::leak(Box::new(Spawned {
-        state: AtomicU32::new(TASK | HANDLE),
-        f: UnsafeCell::new(MaybeUninit::new(f)),
-        result: UnsafeCell::new(MaybeUninit::uninit()),
-        waiter: UnsafeCell::new(None),
-        label,
-    })));
+    let block = new_block(TASK | HANDLE, label, f);
     (
         JoinHandle {
             shared: block,
@@ -578,6 +565,17 @@ fn pair_in<T: Send + 'static, L: Label>(
         },
         OnceTask(Some(block)),
     )
+}
+
+/// A leaked block for `f` with `label`, holding the references in `state`.
+fn new_block<F, T, L>(state: u32, label: L, f: F) -> NonNull<Spawned<F, T, L>> {
+    NonNull::from(Box::leak(Box::new(Spawned {
+        state: AtomicU32::new(state),
+        f: UnsafeCell::new(MaybeUninit::new(f)),
+        result: UnsafeCell::new(MaybeUninit::uninit()),
+        waiter: UnsafeCell::new(None),
+        label,
+    })))
 }
 
 #[cfg(all(test, not(loom)))]
