@@ -73,6 +73,21 @@ pub fn spawn<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> JoinH
     expect_default().spawn(f)
 }
 
+/// Runs `f` once on the default workqueue ([`default_workqueue`]), with no handle
+/// ([`Workqueue::execute`](crate::Workqueue::execute)).
+///
+/// ```
+/// let (tx, rx) = std::sync::mpsc::channel();
+/// podq::execute(move || tx.send(6 * 7).unwrap());
+/// assert_eq!(rx.recv().unwrap(), 42);
+/// ```
+///
+/// # Panics
+/// If the default workqueue cannot be built (see [`default_workqueue`]).
+pub fn execute(f: impl FnOnce() + Send + 'static) {
+    expect_default().execute(f);
+}
+
 /// As [`spawn`], the item labelled `label` ([`crate::current()`] reports it).
 ///
 /// # Panics

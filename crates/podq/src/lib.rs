@@ -169,7 +169,7 @@ pub use current::{current, Current};
 pub use delayed::DelayedWork;
 pub use error::{Error, SpawnError};
 pub use fault::{clear_error_hook, set_error_hook, ErrorReport};
-pub use global::{default_workqueue, queue, spawn, spawn_named, DEFAULT_WORKQUEUE_NAME};
+pub use global::{default_workqueue, execute, queue, spawn, spawn_named, DEFAULT_WORKQUEUE_NAME};
 pub use join::{JoinHandle, Panicked};
 pub use podq_topology::{CpuSet, Scope, Topology};
 pub use pool::blocking;
