@@ -48,7 +48,8 @@ pub struct Comparison {
     pub higher_is_better: bool,
 }
 
-fn median(values: &mut [f64]) -> f64 {
+/// The median of `values` (sorted in place); NaN if empty.
+pub(super) fn median(values: &mut [f64]) -> f64 {
     values.sort_by(f64::total_cmp);
     let n = values.len();
     if n == 0 {

@@ -367,11 +367,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             fake: map.is_fake(),
         },
         settings: settings_json(args, length),
-        ratios: if args.workload == Workload::Peers {
-            report::ratios(&results, podq::default_scope())
-        } else {
-            Vec::new()
-        },
+        ratios: report::ratios(&results, podq::default_scope()),
         results,
         warnings,
     };
@@ -1342,6 +1338,12 @@ fn ratio_table(report: &Report) -> String {
                 format!("{}{}", r.peer, if r.best_peer { " (best)" } else { "" }),
                 fmt(r.peer_value),
                 format!("{:.2}x", r.ratio),
+                r.rounds.as_ref().map_or("-".to_owned(), |p| {
+                    format!(
+                        "{:.2}x ({:.2} … {:.2}, {})",
+                        p.median, p.min, p.max, p.pairs
+                    )
+                }),
                 r.default_podq.map_or("-".to_owned(), fmt),
                 r.default_ratio
                     .map_or("-".to_owned(), |x| format!("{x:.2}x")),
@@ -1361,9 +1363,10 @@ fn ratio_table(report: &Report) -> String {
         .unwrap_or_else(|| format!("{} (not run)", podq::default_scope()));
     format!(
         "\npodq against each peer (ratio = podq / peer): `best` is podq's best of its {configs} configuration(s) \
-         for each metric, picked after the run; `default` is podq on the default scope, {default}, as a user gets it\n{}",
+         for each metric, picked after the run; `per round` pairs its k-th round with the peer's k-th round \
+         (median, min … max, pairs); `default` is podq on the default scope, {default}, as a user gets it\n{}",
         report::table(
-            &["metric", "podq best", "value", "peer", "value", "best ratio", "podq default", "default ratio"],
+            &["metric", "podq best", "value", "peer", "value", "best ratio", "per round", "podq default", "default ratio"],
             &rows,
             4
         )

@@ -40,7 +40,7 @@ pub struct Report {
     pub settings: serde_json::Value,
     /// One entry per system, configuration, test (and toggle segment).
     pub results: Vec<RunResult>,
-    /// podq's best configuration against each peer (`peers` workload only).
+    /// podq's best configuration against each peer, when podq and a peer both ran.
     pub ratios: Vec<Ratio>,
     /// What makes figures of this run doubtful (runs far over their budget, a bad
     /// environment value); also printed on stderr.
@@ -323,6 +323,59 @@ pub struct Ratio {
     pub default_podq: Option<f64>,
     /// `default_podq / peer_value`.
     pub default_ratio: Option<f64>,
+    /// The ratio round by round, `podq`'s configuration against the peer: `null`
+    /// unless both ran the same number of rounds, at least two.
+    pub rounds: Option<RoundRatios>,
+}
+
+/// A ratio taken round by round: the k-th round of podq's configuration against the
+/// k-th round of the peer. Rounds run interleaved across configurations, so each pair
+/// ran in the same minute of the machine's life; the pairs' spread shows how far one
+/// round's ratio can be trusted.
+#[derive(Debug, Serialize)]
+pub struct RoundRatios {
+    /// Pairs of rounds.
+    pub pairs: usize,
+    /// The median of the pairs' ratios.
+    pub median: f64,
+    /// The smallest pair ratio.
+    pub min: f64,
+    /// The largest pair ratio.
+    pub max: f64,
+}
+
+impl RoundRatios {
+    /// The pairs' ratios of `podq` against `peer`, by `value` of each round; for a
+    /// percentile (`percentile` above 0) only pairs whose rounds both hold enough
+    /// samples for it ([`min_samples`]).
+    fn of(
+        podq: &[Round],
+        peer: &[Round],
+        value: fn(&Round) -> f64,
+        percentile: f64,
+    ) -> Option<RoundRatios> {
+        if podq.len() != peer.len() || podq.len() < 2 {
+            return None;
+        }
+        let enough = |r: &Round| percentile == 0.0 || r.samples >= min_samples(percentile);
+        let mut pairs: Vec<f64> = podq
+            .iter()
+            .zip(peer)
+            .filter(|(a, b)| enough(a) && enough(b))
+            .map(|(a, b)| value(a) / value(b))
+            .filter(|r| r.is_finite())
+            .collect();
+        if pairs.len() < 2 {
+            return None;
+        }
+        let median = super::compare::median(&mut pairs);
+        Some(RoundRatios {
+            pairs: pairs.len(),
+            median,
+            min: pairs[0],
+            max: pairs[pairs.len() - 1],
+        })
+    }
 }
 
 /// A new empty histogram of nanoseconds (1 ns to 100 s, 3 significant digits).
@@ -450,53 +503,63 @@ pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
     crate::table::aligned(headers, rows, &align, true)
 }
 
+/// One metric [`ratios`] compares.
+struct Metric {
+    test: &'static str,
+    name: &'static str,
+    /// The figure of a result, and of one of its rounds.
+    value: fn(&RunResult) -> f64,
+    round_value: fn(&Round) -> f64,
+    higher_better: bool,
+    /// The percentile the metric is, 0 if none: results (and rounds) with too few
+    /// samples for it (see [`min_samples`]) take no part.
+    percentile: f64,
+}
+
 /// podq's best configuration against each peer, for the `queue`, `throughput` and
 /// `latency` tests, with podq on `default_scope` (non-strict) beside it when that
 /// configuration ran.
 pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
-    // The percentile a metric is, if it is one: results with too few samples for it
-    // (see `min_samples`) take no part.
-    type Metric = (&'static str, &'static str, fn(&RunResult) -> f64, bool, f64);
-    let metrics: [Metric; 6] = [
-        ("queue", "items_per_sec", |r| r.items_per_sec, true, 0.0),
-        (
-            "throughput_spawn",
-            "items_per_sec",
-            |r| r.items_per_sec,
-            true,
-            0.0,
-        ),
-        (
-            "throughput_execute",
-            "items_per_sec",
-            |r| r.items_per_sec,
-            true,
-            0.0,
-        ),
-        (
-            "throughput_work",
-            "items_per_sec",
-            |r| r.items_per_sec,
-            true,
-            0.0,
-        ),
-        (
-            "latency",
-            "p50_ns",
-            |r| r.latency_ns.p50 as f64,
-            false,
-            50.0,
-        ),
-        (
-            "latency",
-            "p99_ns",
-            |r| r.latency_ns.p99 as f64,
-            false,
-            99.0,
-        ),
+    let rate = |test| Metric {
+        test,
+        name: "items_per_sec",
+        value: |r| r.items_per_sec,
+        round_value: |r| r.items_per_sec,
+        higher_better: true,
+        percentile: 0.0,
+    };
+    let metrics = [
+        rate("queue"),
+        rate("throughput_spawn"),
+        rate("throughput_execute"),
+        rate("throughput_work"),
+        Metric {
+            test: "latency",
+            name: "p50_ns",
+            value: |r| r.latency_ns.p50 as f64,
+            round_value: |r| r.p50_ns as f64,
+            higher_better: false,
+            percentile: 50.0,
+        },
+        Metric {
+            test: "latency",
+            name: "p99_ns",
+            value: |r| r.latency_ns.p99 as f64,
+            round_value: |r| r.p99_ns as f64,
+            higher_better: false,
+            percentile: 99.0,
+        },
     ];
     let mut out = Vec::new();
-    for (test, metric, value, higher_better, percentile) in metrics {
+    for Metric {
+        test,
+        name: metric,
+        value,
+        round_value,
+        higher_better,
+        percentile,
+    } in metrics
+    {
         let better = |a: f64, b: f64| if higher_better { a > b } else { a < b };
         let enough =
             |r: &RunResult| percentile == 0.0 || r.latency_ns.count >= min_samples(percentile);
@@ -537,6 +600,7 @@ pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
                 default_config: default.map(|d| config_label(d.scope, d.strict)),
                 default_podq: default.map(value),
                 default_ratio: default.map(|d| value(d) / value(peer)),
+                rounds: RoundRatios::of(&podq.rounds, &peer.rounds, round_value, percentile),
             });
         }
     }
@@ -705,6 +769,74 @@ mod tests {
         assert_eq!(rayon.default_ratio, Some(0.5));
         // No default-scope row among the latency results (smt, cache).
         assert!(p50.default_config.is_none() && p50.default_ratio.is_none());
+    }
+
+    fn round(rate: f64, p50: u64, samples: u64) -> Round {
+        Round {
+            items: 1,
+            seconds: 1.0,
+            wall_seconds: 1.0,
+            items_per_sec: rate,
+            samples,
+            p50_ns: p50,
+            p99_ns: p50,
+            mb_per_sec: None,
+            accepted_per_sec: None,
+            calls_per_sec: None,
+            bytes_per_item: None,
+            idle_cpu_share: None,
+        }
+    }
+
+    #[test]
+    fn ratios_pair_the_rounds_in_order() {
+        let mut podq = result("queue", "podq", Some(Scope::Cpu), 900.0, 1);
+        podq.rounds = [800.0, 900.0, 1200.0].map(|r| round(r, 1, 100)).to_vec();
+        let mut peer = result("queue", "rayon", None, 600.0, 1);
+        peer.rounds = [400.0, 1000.0, 600.0].map(|r| round(r, 1, 100)).to_vec();
+        let r = ratios(&[podq, peer], Scope::System);
+        let pairs = r[0].rounds.as_ref().expect("three pairs");
+        // 800/400, 900/1000, 1200/600: paired in order, not sorted first.
+        assert_eq!(pairs.pairs, 3);
+        assert!((pairs.median - 2.0).abs() < 1e-12, "{pairs:?}");
+        assert!((pairs.min - 0.9).abs() < 1e-12 && (pairs.max - 2.0).abs() < 1e-12);
+
+        // Rounds that do not pair (counts differ, or a single round): none.
+        let mut podq = result("queue", "podq", Some(Scope::Cpu), 900.0, 1);
+        podq.rounds = vec![round(1.0, 1, 100); 3];
+        let mut peer = result("queue", "rayon", None, 600.0, 1);
+        peer.rounds = vec![round(1.0, 1, 100); 2];
+        assert!(ratios(&[podq, peer], Scope::System)[0].rounds.is_none());
+        let mut podq = result("queue", "podq", Some(Scope::Cpu), 900.0, 1);
+        podq.rounds = vec![round(1.0, 1, 100)];
+        let mut peer = result("queue", "rayon", None, 600.0, 1);
+        peer.rounds = vec![round(1.0, 1, 100)];
+        assert!(ratios(&[podq, peer], Scope::System)[0].rounds.is_none());
+    }
+
+    #[test]
+    fn round_ratios_of_a_percentile_skip_rounds_with_too_few_samples() {
+        let mut podq = result("latency", "podq", Some(Scope::Cpu), 1.0, 1_000);
+        podq.rounds = vec![
+            round(1.0, 1_000, 30),
+            round(1.0, 3_000, 5),
+            round(1.0, 2_000, 30),
+        ];
+        let mut peer = result("latency", "rayon", None, 1.0, 2_000);
+        peer.rounds = vec![
+            round(1.0, 2_000, 30),
+            round(1.0, 1_000, 30),
+            round(1.0, 1_000, 30),
+        ];
+        let r = ratios(&[podq, peer], Scope::System);
+        let p50 = r.iter().find(|x| x.metric == "p50_ns").unwrap();
+        // The second pair has 5 samples on podq's side, fewer than p50's 20.
+        let pairs = p50.rounds.as_ref().unwrap();
+        assert_eq!(pairs.pairs, 2);
+        assert!((pairs.min - 0.5).abs() < 1e-12 && (pairs.max - 2.0).abs() < 1e-12);
+        // p99 needs 1 000 per round: no round qualifies.
+        let p99 = r.iter().find(|x| x.metric == "p99_ns").unwrap();
+        assert!(p99.rounds.is_none());
     }
 
     #[test]
