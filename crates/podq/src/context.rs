@@ -38,9 +38,14 @@ pub(crate) fn complete(meta: EntryMeta) {
     });
 }
 
-/// Settles the calling thread's held completions.
-pub(crate) fn settle_completions() {
-    COMPLETIONS.with(|c| c.borrow_mut().settle());
+/// Settles the calling thread's held completions; returns whether items waited for a
+/// slot on the node of the last completions it settled (now or before).
+pub(crate) fn settle_completions() -> bool {
+    COMPLETIONS.with(|c| {
+        let mut c = c.borrow_mut();
+        c.settle();
+        c.backlog()
+    })
 }
 
 /// The id of the workqueue whose item the calling thread is running (0: none).

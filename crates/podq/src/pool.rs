@@ -581,7 +581,12 @@ mod loom_tests {
                         }
                         if !spun {
                             spun = true;
-                            spin(&counts, &list, policy::IDLE_SPIN);
+                            spin(
+                                &counts,
+                                &list,
+                                policy::IDLE_SPIN,
+                                policy::poll_pauses(false),
+                            );
                             continue;
                         }
                         let mut st = lock(&*state);

@@ -973,15 +973,18 @@ impl Pwq {
 
     /// Active items of a pwq finished or were dropped (`pwq_dec_nr_in_flight`),
     /// `done[c]` of colour `c`, all counted under `pwq`: frees their slots, lets
-    /// waiting items in, and updates the in-flight counts (`uncount`). The pwq may be
-    /// gone when this returns.
-    pub(crate) fn complete(pwq: PwqRef, done: [u64; 2]) {
+    /// waiting items in, and updates the in-flight counts (`uncount`). Returns whether
+    /// pwqs still wait for a slot on the node after the activation pass (a backlog,
+    /// for `policy::poll_pauses`). The pwq may be gone when this returns.
+    pub(crate) fn complete(pwq: PwqRef, done: [u64; 2]) -> bool {
         // The workqueue outlives the call even if the pwq does not.
         let wq = Arc::clone(&pwq.wq);
         let node = &wq.nodes[pwq.node];
         node.release((done[0] + done[1]) as usize);
         wq.activate(node);
+        let waiting = node.has_waiting();
         Pwq::uncount(pwq, done, &wq);
+        waiting
     }
 
     /// Uncounts items in flight of `pwq` (a workqueue of `wq`); wakes flushers when a

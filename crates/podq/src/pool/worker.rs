@@ -63,13 +63,18 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
             continue;
         }
         // The batch is done: account its items before taking more or going idle.
-        context::settle_completions();
+        let backlog = context::settle_completions();
         if take_batch(pool, mine) {
             continue;
         }
         if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
             spun = true;
-            spin(&pool.counts, &pool.worklist, budget);
+            spin(
+                &pool.counts,
+                &pool.worklist,
+                budget,
+                policy::poll_pauses(backlog),
+            );
             continue; // the worklist is checked again
         }
         let mut st = lock(&pool.state);
@@ -128,27 +133,27 @@ fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
 }
 
 /// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
-/// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]), and stops
-/// counting as spinning. Queuers skip the wake-up for items a spinner will take
+/// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]),
+/// `pauses` looks a pause apart first ([`policy::poll_pauses`]), and stops counting as
+/// spinning. Queuers skip the wake-up for items a spinner will take
 /// (`policy::kick`), so the caller must look at the worklist again before going idle.
-pub(super) fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration) {
+pub(super) fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration, pauses: u32) {
     counts.spinning.fetch_add(1, SeqCst);
-    poll_worklist(worklist, budget);
+    poll_worklist(worklist, budget, pauses);
     // Decrement, fence, then the caller's look at the worklist: pairs with a queuer's
     // push, fence, then its load of `spinning`.
     counts.spinning.fetch_sub(1, SeqCst);
     seqcst_pair_fence();
 }
 
-/// Polls the worklist until it holds an item or `budget` passes: a few pause loops,
+/// Polls the worklist until it holds an item or `budget` passes: `pauses` pause loops,
 /// then yields, so a producer on the same CPU gets to run.
 #[cfg(not(loom))]
-fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration) {
-    const PAUSES: u32 = 64;
+fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration, pauses: u32) {
     let deadline = Instant::now() + budget;
     let mut rounds = 0u32;
     while worklist.len() == 0 {
-        if rounds < PAUSES {
+        if rounds < pauses {
             std::hint::spin_loop();
             rounds += 1;
         } else if Instant::now() < deadline {
@@ -162,7 +167,7 @@ fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration) {
 /// The loom stand-in: one look and a yield (loom has no clock; any bound will do,
 /// since the caller looks again).
 #[cfg(loom)]
-fn poll_worklist<T>(worklist: &Worklist<T>, _budget: Duration) {
+fn poll_worklist<T>(worklist: &Worklist<T>, _budget: Duration, _pauses: u32) {
     if worklist.len() == 0 {
         loom::thread::yield_now();
     }

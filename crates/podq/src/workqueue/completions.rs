@@ -20,6 +20,8 @@ pub(crate) struct Completions {
     /// W: whether this thread holds completions at all (a worker inside its loop);
     /// elsewhere each one settles at once.
     deferring: bool,
+    /// W: whether items waited for a slot on the node of the last settled completions.
+    backlog: bool,
 }
 
 impl Completions {
@@ -38,7 +40,8 @@ impl Completions {
         let mut one = [0; 2];
         one[colour.index()] = 1;
         if !self.deferring {
-            return Pwq::complete(pwq, one);
+            self.backlog = Pwq::complete(pwq, one);
+            return;
         }
         let held = match &mut self.held {
             Some((p, done)) if p.same(&pwq) => {
@@ -64,7 +67,12 @@ impl Completions {
     /// blocks, goes idle or exits.
     pub(crate) fn settle(&mut self) {
         if let Some((pwq, done)) = self.held.take() {
-            Pwq::complete(pwq, done);
+            self.backlog = Pwq::complete(pwq, done);
         }
+    }
+
+    /// Whether items waited for a slot on the node of the last completions settled.
+    pub(crate) fn backlog(&self) -> bool {
+        self.backlog
     }
 }

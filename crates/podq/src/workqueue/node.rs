@@ -56,6 +56,12 @@ impl<P> NodeActive<P> {
         (self.nr.load(SeqCst), self.max.load(SeqCst))
     }
 
+    /// Whether pwqs wait for a slot now: a snapshot, and only a hint (a worker's way of
+    /// polling, `policy::poll_pauses`); no admission decision reads it.
+    pub(crate) fn has_waiting(&self) -> bool {
+        self.nr_pending.load(SeqCst) > 0
+    }
+
     /// Whether every slot is taken now (a snapshot, for `Workqueue::congested`).
     pub(crate) fn is_full(&self) -> bool {
         policy::free_slots(self.nr.load(SeqCst), self.max.load(SeqCst)) == 0
@@ -134,6 +140,30 @@ impl<P> NodeActive<P> {
         let p = pending.pop_front()?;
         self.nr_pending.store(pending.len(), SeqCst);
         Some((p, slots))
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn waiting_pwqs_show_until_the_last_is_activated() {
+        let node = NodeActive::<u32>::new();
+        node.set_max(1);
+        assert!(!node.has_waiting());
+        assert!(node.try_inc());
+        assert!(!node.try_inc(), "max_active 1 is taken");
+        node.push_pending(1);
+        node.push_pending(2);
+        assert!(node.has_waiting());
+        // The slot is freed: the first waiter's turn leaves the second waiting.
+        node.release(1);
+        assert_eq!(node.take_pending(4, None), Some((1, 1)));
+        assert!(node.has_waiting());
+        node.release(1);
+        assert_eq!(node.take_pending(4, None), Some((2, 1)));
+        assert!(!node.has_waiting());
     }
 }
 
