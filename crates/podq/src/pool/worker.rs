@@ -10,7 +10,7 @@ use crate::cpu;
 use crate::entry::{Entry, EntryMeta, Task};
 use crate::policy;
 use crate::stats::{Recorder, WorkerCounters};
-use crate::sync::Ordering::SeqCst;
+use crate::sync::Ordering::{Relaxed, SeqCst};
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, Mutex, MutexGuard};
 use crate::trace;
 use crate::work::Start;
@@ -73,7 +73,8 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
                 &pool.counts,
                 &pool.worklist,
                 budget,
-                policy::poll_pauses(backlog),
+                backlog,
+                pool.process_cpus,
             );
             continue; // the worklist is checked again
         }
@@ -132,14 +133,31 @@ fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
     true
 }
 
+/// Workers of the process polling their worklists now, any pool (A, `Relaxed`: a hint
+/// for `policy::poll_pauses`, which no correctness argument reads).
+static POLLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 /// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
 /// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]),
-/// `pauses` looks a pause apart first ([`policy::poll_pauses`]), and stops counting as
-/// spinning. Queuers skip the wake-up for items a spinner will take
-/// (`policy::kick`), so the caller must look at the worklist again before going idle.
-pub(super) fn spin<T>(counts: &Counts, worklist: &Worklist<T>, budget: Duration, pauses: u32) {
+/// pausing between looks as [`policy::poll_pauses`] says for `backlog`, the workers
+/// polling already and the process's `cpus`, and stops counting as spinning. Queuers
+/// skip the wake-up for items a spinner will take (`policy::kick`), so the caller must
+/// look at the worklist again before going idle.
+pub(super) fn spin<T>(
+    counts: &Counts,
+    worklist: &Worklist<T>,
+    budget: Duration,
+    backlog: bool,
+    cpus: usize,
+) {
     counts.spinning.fetch_add(1, SeqCst);
-    poll_worklist(worklist, budget, pauses);
+    let polling = POLLING.fetch_add(1, Relaxed);
+    poll_worklist(
+        worklist,
+        budget,
+        policy::poll_pauses(backlog, polling, cpus),
+    );
+    POLLING.fetch_sub(1, Relaxed);
     // Decrement, fence, then the caller's look at the worklist: pairs with a queuer's
     // push, fence, then its load of `spinning`.
     counts.spinning.fetch_sub(1, SeqCst);
