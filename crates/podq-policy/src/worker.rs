@@ -28,27 +28,30 @@ pub const IDLE_SPIN: Duration = Duration::from_micros(20);
 /// How a spinning worker polls its worklist during [`IDLE_SPIN`]: this many looks a
 /// pause instruction apart, then looks a `sched_yield` apart until the budget ends.
 ///
-/// `backlog`: items of the workqueue whose completions the worker settled last wait
-/// for a `max_active` slot on their node (a flood). Then new items reach the worklist
-/// as other workers' completions free slots, microseconds apart, and the worker looks
-/// eagerly ([`EAGER_POLL_PAUSES`]). Otherwise only producers queue new items, and a
-/// producer that shares the worker's CPU cannot run while the worker pauses there: it
-/// turns to yielding sooner ([`POLITE_POLL_PAUSES`]), so that the producer gets the
-/// CPU.
+/// In a pod of several CPUs (`pod_cpus`), eagerly ([`EAGER_POLL_PAUSES`]): a producer
+/// on another of its CPUs may queue the next item, and pausing here costs it nothing.
+/// A pod of one CPU is fed by producers on that CPU (a queue call picks its own CPU's
+/// pod), and by other workers' completions during a `backlog` (items of the workqueue
+/// whose completions the worker settled last wait for a `max_active` slot on their
+/// node: a flood, whose slots free up microseconds apart). Then:
+/// - another worker polls on the same CPU already (`cpu_shared`, asked only here: many
+///   one-CPU pools on few CPUs): no pauses; a second pause loop there only keeps a
+///   runnable thread off the CPU. The worker still polls, yielding, so that a queuer
+///   needs no wake-up;
+/// - a backlog: eagerly, as the next completion elsewhere will feed it;
+/// - otherwise politely ([`POLITE_POLL_PAUSES`]): the producer that feeds the pool
+///   shares the worker's CPU and cannot run while the worker pauses there.
 ///
-/// `polling`: workers of the process (any pool) polling their worklists already;
-/// `cpus`: the CPUs the process may run on. Once as many poll as there are CPUs,
-/// another could only pause on a CPU that one of them, or a producer, needs: it yields
-/// from its first look (no pauses), still polling, so that a queuer needs no wake-up.
-///
-/// Measured on a 2-CPU machine (README, Performance): with 64 pauses always, re-queued
-/// items ran about 10% and the closed loop on `cpu` and `smt` about 15% slower than
-/// with the backlog rule, and fewer pauses always lost up to 15% in floods; with
-/// pauses for every spinner, 256 pools were 29% slower than with the `polling` rule.
-/// The simulator's workers poll without yielding (a spinning worker holds its virtual
-/// CPU for the budget), so it has no use for this.
-pub fn poll_pauses(backlog: bool, polling: usize, cpus: usize) -> u32 {
-    if polling >= cpus {
+/// Measured on a 2-CPU machine (README, Performance), against 64 pauses for every
+/// spinner: the closed loop on one-CPU pods about 16% faster, re-queued items about 4%,
+/// 64 and 256 pools 17% and 26%; fewer pauses for every spinner lost up to 15% in
+/// floods and the closed loop's fast mode on `system`. The simulator's workers poll
+/// without yielding (a spinning worker holds its virtual CPU for the budget), so it
+/// has no use for this.
+pub fn poll_pauses(backlog: bool, pod_cpus: usize, cpu_shared: impl FnOnce() -> bool) -> u32 {
+    if pod_cpus > 1 {
+        EAGER_POLL_PAUSES
+    } else if cpu_shared() {
         0
     } else if backlog {
         EAGER_POLL_PAUSES
@@ -57,10 +60,10 @@ pub fn poll_pauses(backlog: bool, polling: usize, cpus: usize) -> u32 {
     }
 }
 
-/// [`poll_pauses`] during a backlog.
+/// [`poll_pauses`] where the next item may come from another CPU.
 pub const EAGER_POLL_PAUSES: u32 = 64;
 
-/// [`poll_pauses`] without a backlog.
+/// [`poll_pauses`] where only producers on the worker's CPU feed it.
 pub const POLITE_POLL_PAUSES: u32 = 32;
 
 // Eager polls longer; polite is not "never pause": a worker alone on its CPU still looks
@@ -297,21 +300,18 @@ mod tests {
     }
 
     #[test]
-    fn a_backlog_polls_eagerly_and_none_turns_to_yielding_sooner() {
-        assert_eq!(poll_pauses(true, 0, 2), EAGER_POLL_PAUSES);
-        assert_eq!(poll_pauses(false, 1, 2), POLITE_POLL_PAUSES);
-    }
-
-    #[test]
-    fn spinners_beyond_the_cpus_yield_from_the_first_look() {
-        for backlog in [false, true] {
-            assert_eq!(poll_pauses(backlog, 2, 2), 0);
-            assert_eq!(poll_pauses(backlog, 300, 2), 0);
-            assert!(poll_pauses(backlog, 1, 2) > 0);
-            assert!(poll_pauses(backlog, 63, 64) > 0);
-        }
-        // A process with no CPU known (0): nobody pauses.
-        assert_eq!(poll_pauses(true, 0, 0), 0);
+    fn pausing_serves_items_from_other_cpus_and_yields_to_the_producer_here() {
+        let unasked = || -> bool { panic!("only a one-CPU pod asks") };
+        // A pod of several CPUs: always eager, and the CPU's other pollers not asked.
+        assert_eq!(poll_pauses(false, 2, unasked), EAGER_POLL_PAUSES);
+        assert_eq!(poll_pauses(true, 48, unasked), EAGER_POLL_PAUSES);
+        // A one-CPU pod: a backlog feeds it from elsewhere; without one its producer
+        // shares the CPU.
+        assert_eq!(poll_pauses(true, 1, || false), EAGER_POLL_PAUSES);
+        assert_eq!(poll_pauses(false, 1, || false), POLITE_POLL_PAUSES);
+        // Another worker polls on this CPU already: no pauses.
+        assert_eq!(poll_pauses(true, 1, || true), 0);
+        assert_eq!(poll_pauses(false, 1, || true), 0);
     }
 
     #[test]

@@ -240,9 +240,6 @@ pub(crate) struct PoolCore {
     virt_of_real: Vec<usize>,
     /// I: how many workers may run items at once.
     concurrency: usize,
-    /// I: how many CPUs the process could run on when the pool was made (for
-    /// `policy::poll_pauses`; a hint, not updated by a refresh).
-    process_cpus: usize,
     /// I: idle time after which surplus workers exit.
     idle_timeout: Duration,
     /// L: the pool lock.
@@ -284,7 +281,6 @@ impl Pool {
             core: Arc::new(PoolCore {
                 id,
                 concurrency: key.concurrency(),
-                process_cpus: cpu::real_cpus().len(),
                 key,
                 topology,
                 allowed,
@@ -585,7 +581,7 @@ mod loom_tests {
                         }
                         if !spun {
                             spun = true;
-                            spin(&counts, &list, policy::IDLE_SPIN, false, 1);
+                            spin(&counts, &list, policy::IDLE_SPIN, |_| 1);
                             continue;
                         }
                         let mut st = lock(&*state);

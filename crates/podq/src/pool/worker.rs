@@ -10,10 +10,11 @@ use crate::cpu;
 use crate::entry::{Entry, EntryMeta, Task};
 use crate::policy;
 use crate::stats::{Recorder, WorkerCounters};
-use crate::sync::Ordering::{Relaxed, SeqCst};
+use crate::sync::Ordering::SeqCst;
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, Mutex, MutexGuard};
 use crate::trace;
 use crate::work::Start;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 use super::worklist::Worklist;
@@ -69,13 +70,10 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         }
         if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
             spun = true;
-            spin(
-                &pool.counts,
-                &pool.worklist,
-                budget,
-                backlog,
-                pool.process_cpus,
-            );
+            let pauses = |cpu_shared: &mut dyn FnMut() -> bool| {
+                policy::poll_pauses(backlog, pool.concurrency, cpu_shared)
+            };
+            spin(&pool.counts, &pool.worklist, budget, pauses);
             continue; // the worklist is checked again
         }
         let mut st = lock(&pool.state);
@@ -133,31 +131,51 @@ fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
     true
 }
 
-/// Workers of the process polling their worklists now, any pool (A, `Relaxed`: a hint
-/// for `policy::poll_pauses`, which no correctness argument reads).
-static POLLING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+/// Per real CPU, whether a worker polls its worklist there now (A, `Relaxed`: a hint
+/// for `policy::poll_pauses`, which no correctness argument reads). Each flag sits on
+/// its own cache line, written by the workers on that CPU only (give or take a
+/// migration), so marking costs no locked instruction and no line moving between CPUs.
+static POLLING: std::sync::OnceLock<
+    Box<[crossbeam_utils::CachePadded<std::sync::atomic::AtomicBool>]>,
+> = std::sync::OnceLock::new();
 
 /// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
 /// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]),
-/// pausing between looks as [`policy::poll_pauses`] says for `backlog`, the workers
-/// polling already and the process's `cpus`, and stops counting as spinning. Queuers
-/// skip the wake-up for items a spinner will take (`policy::kick`), so the caller must
-/// look at the worklist again before going idle.
+/// pausing between looks as `pauses` says, given a way to ask whether another worker
+/// polls on this CPU already ([`policy::poll_pauses`]), and stops counting as
+/// spinning. Queuers skip the wake-up for items a spinner will take (`policy::kick`),
+/// so the caller must look at the worklist again before going idle.
 pub(super) fn spin<T>(
     counts: &Counts,
     worklist: &Worklist<T>,
     budget: Duration,
-    backlog: bool,
-    cpus: usize,
+    pauses: impl FnOnce(&mut dyn FnMut() -> bool) -> u32,
 ) {
     counts.spinning.fetch_add(1, SeqCst);
-    let polling = POLLING.fetch_add(1, Relaxed);
-    poll_worklist(
-        worklist,
-        budget,
-        policy::poll_pauses(backlog, polling, cpus),
-    );
-    POLLING.fetch_sub(1, Relaxed);
+    // The flag this worker set, if it asked and found its CPU's flag clear.
+    let mut marked = None;
+    let mut cpu_shared = || {
+        let flags = POLLING.get_or_init(|| {
+            let cpus = cpu::real_cpus().last().map_or(1, |c| c + 1);
+            (0..cpus).map(|_| Default::default()).collect()
+        });
+        let Some(flag) = flags.get(cpu::real_cpu()) else {
+            return false;
+        };
+        // A load and a store, not a locked swap: two workers marking the same CPU at
+        // once (one preempted between the two) both pause, as without the flag.
+        if flag.load(Relaxed) {
+            return true;
+        }
+        flag.store(true, Relaxed);
+        marked = Some(flag);
+        false
+    };
+    let n = pauses(&mut cpu_shared);
+    poll_worklist(worklist, budget, n);
+    if let Some(flag) = marked {
+        flag.store(false, Relaxed);
+    }
     // Decrement, fence, then the caller's look at the worklist: pairs with a queuer's
     // push, fence, then its load of `spinning`.
     counts.spinning.fetch_sub(1, SeqCst);
