@@ -528,27 +528,31 @@ pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
         higher_better: true,
         percentile: 0.0,
     };
+    let latency = |name, value, round_value, percentile| Metric {
+        test: "latency",
+        name,
+        value,
+        round_value,
+        higher_better: false,
+        percentile,
+    };
     let metrics = [
         rate("queue"),
         rate("throughput_spawn"),
         rate("throughput_execute"),
         rate("throughput_work"),
-        Metric {
-            test: "latency",
-            name: "p50_ns",
-            value: |r| r.latency_ns.p50 as f64,
-            round_value: |r| r.p50_ns as f64,
-            higher_better: false,
-            percentile: 50.0,
-        },
-        Metric {
-            test: "latency",
-            name: "p99_ns",
-            value: |r| r.latency_ns.p99 as f64,
-            round_value: |r| r.p99_ns as f64,
-            higher_better: false,
-            percentile: 99.0,
-        },
+        latency(
+            "p50_ns",
+            |r| r.latency_ns.p50 as f64,
+            |r| r.p50_ns as f64,
+            50.0,
+        ),
+        latency(
+            "p99_ns",
+            |r| r.latency_ns.p99 as f64,
+            |r| r.p99_ns as f64,
+            99.0,
+        ),
     ];
     let mut out = Vec::new();
     for Metric {
