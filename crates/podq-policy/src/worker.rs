@@ -43,9 +43,10 @@ pub const IDLE_SPIN: Duration = Duration::from_micros(20);
 ///   shares the worker's CPU and cannot run while the worker pauses there.
 ///
 /// Measured on a 2-CPU machine (README, Performance), against 64 pauses for every
-/// spinner: the closed loop on one-CPU pods about 16% faster, re-queued items about 4%,
-/// 64 and 256 pools 17% and 26%; fewer pauses for every spinner lost up to 15% in
-/// floods and the closed loop's fast mode on `system`. The simulator's workers poll
+/// spinner: the closed loop on one-CPU pods 15–17% faster, re-queued items about 4%,
+/// 64 and 256 pools 8% and 32%, floods and `system`'s closed loop unchanged within
+/// the noise; fewer pauses for every spinner lost up to 16% in floods and 17% in
+/// `system`'s closed loop. The simulator's workers poll
 /// without yielding (a spinning worker holds its virtual CPU for the budget), so it
 /// has no use for this.
 pub fn poll_pauses(backlog: bool, pod_cpus: usize, cpu_shared: impl FnOnce() -> bool) -> u32 {

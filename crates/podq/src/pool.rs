@@ -581,7 +581,7 @@ mod loom_tests {
                         }
                         if !spun {
                             spun = true;
-                            spin(&counts, &list, policy::IDLE_SPIN, |_| 1);
+                            spin(&counts, &list, policy::IDLE_SPIN, false, 2);
                             continue;
                         }
                         let mut st = lock(&*state);

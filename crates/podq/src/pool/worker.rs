@@ -70,10 +70,13 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         }
         if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
             spun = true;
-            let pauses = |cpu_shared: &mut dyn FnMut() -> bool| {
-                policy::poll_pauses(backlog, pool.concurrency, cpu_shared)
-            };
-            spin(&pool.counts, &pool.worklist, budget, pauses);
+            spin(
+                &pool.counts,
+                &pool.worklist,
+                budget,
+                backlog,
+                pool.concurrency,
+            );
             continue; // the worklist is checked again
         }
         let mut st = lock(&pool.state);
@@ -141,15 +144,16 @@ static POLLING: std::sync::OnceLock<
 
 /// Sleep/wake, spinner side (after finding the worklist empty): counts the worker
 /// spinning, polls the worklist length for at most `budget` ([`policy::idle_step`]),
-/// pausing between looks as `pauses` says, given a way to ask whether another worker
-/// polls on this CPU already ([`policy::poll_pauses`]), and stops counting as
-/// spinning. Queuers skip the wake-up for items a spinner will take (`policy::kick`),
+/// pausing between looks as [`policy::poll_pauses`] says for `backlog`, a pod of
+/// `pod_cpus` and whether another worker polls on this CPU already, and stops counting
+/// as spinning. Queuers skip the wake-up for items a spinner will take (`policy::kick`),
 /// so the caller must look at the worklist again before going idle.
 pub(super) fn spin<T>(
     counts: &Counts,
     worklist: &Worklist<T>,
     budget: Duration,
-    pauses: impl FnOnce(&mut dyn FnMut() -> bool) -> u32,
+    backlog: bool,
+    pod_cpus: usize,
 ) {
     counts.spinning.fetch_add(1, SeqCst);
     // The flag this worker set, if it asked and found its CPU's flag clear.
@@ -171,8 +175,8 @@ pub(super) fn spin<T>(
         marked = Some(flag);
         false
     };
-    let n = pauses(&mut cpu_shared);
-    poll_worklist(worklist, budget, n);
+    let pauses = policy::poll_pauses(backlog, pod_cpus, &mut cpu_shared);
+    poll_worklist(worklist, budget, pauses);
     if let Some(flag) = marked {
         flag.store(false, Relaxed);
     }
