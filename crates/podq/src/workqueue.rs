@@ -416,17 +416,27 @@ impl Workqueue {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        self.try_queue_once(f, |f| join::pair_named(label, f))
+    }
+
+    /// Queues the one-shot task `make` builds from `f` (with what it returns beside
+    /// the task) if the workqueue accepts it, else gives `f` back. Past the check the
+    /// call counts as made before any drain that began since: it is queued and a drain
+    /// waits for it. Only a destroyed workqueue refuses it then, which cannot happen
+    /// while `self` lives; were it refused, the task would be dropped without running
+    /// (a spawned item's handle reports that).
+    fn try_queue_once<F, R>(
+        &self,
+        f: F,
+        make: impl FnOnce(F) -> (R, join::OnceTask),
+    ) -> Result<R, SpawnError<F>> {
         let wq = self.shared();
         if let Err(e) = wq.check_accepting() {
             return Err(SpawnError::new(e, f));
         }
-        let (handle, task) = join::pair_named(label, f);
-        // Past the check, the call counts as made before any drain that began since: it
-        // is queued and a drain waits for it. Only a destroyed workqueue refuses it then,
-        // which cannot happen while this handle lives; were it refused, the handle would
-        // report the item dropped without running.
+        let (made, task) = make(f);
         let _ = wq.enqueue_any(Task::Once(task), None, true);
-        Ok(handle)
+        Ok(made)
     }
 
     /// Queues `f` to run once, with no handle: fire-and-forget, as `rayon::spawn`. It
@@ -463,14 +473,7 @@ impl Workqueue {
     where
         F: FnOnce() + Send + 'static,
     {
-        let wq = self.shared();
-        if let Err(e) = wq.check_accepting() {
-            return Err(SpawnError::new(e, f));
-        }
-        // Past the check the call is queued, as in `try_spawn_labelled`; a refusal then
-        // (only a destroyed workqueue, impossible while `self` lives) drops it unrun.
-        let _ = wq.enqueue_any(Task::Once(join::detached(f)), None, true);
-        Ok(())
+        self.try_queue_once(f, |f| ((), join::detached(f)))
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it
