@@ -357,7 +357,7 @@ impl RoundRatios {
         if podq.len() != peer.len() || podq.len() < 2 {
             return None;
         }
-        let enough = |r: &Round| percentile == 0.0 || r.samples >= min_samples(percentile);
+        let enough = |r: &Round| enough_for(percentile, r.samples);
         let mut pairs: Vec<f64> = podq
             .iter()
             .zip(peer)
@@ -503,6 +503,12 @@ pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
     crate::table::aligned(headers, rows, &align, true)
 }
 
+/// Whether `samples` are enough for `percentile` ([`min_samples`]); any number is,
+/// for a metric that is no percentile (0).
+fn enough_for(percentile: f64, samples: u64) -> bool {
+    percentile == 0.0 || samples >= min_samples(percentile)
+}
+
 /// One metric [`ratios`] compares.
 struct Metric {
     test: &'static str,
@@ -565,8 +571,7 @@ pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
     } in metrics
     {
         let better = |a: f64, b: f64| if higher_better { a > b } else { a < b };
-        let enough =
-            |r: &RunResult| percentile == 0.0 || r.latency_ns.count >= min_samples(percentile);
+        let enough = |r: &RunResult| enough_for(percentile, r.latency_ns.count);
         let of_test = || {
             results
                 .iter()
