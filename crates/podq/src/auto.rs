@@ -13,7 +13,8 @@
 //! What a window holds, from the statistics (so `auto` needs the `stats` feature: a
 //! build without it refuses `auto` with [`Error::AutoNeedsStats`] wherever a scope is
 //! set): per pool of the scope in force, items queued and started, backlog (queued
-//! minus started), busy time (the run time of finished items), and pool-lock
+//! minus started), busy time (the run time of finished items, estimated from the
+//! run-time histogram's sample of them), and pool-lock
 //! acquisitions, contended acquisitions and wait, enqueue and dequeue together; per
 //! workqueue, items finished and where items ran. Pools are shared by workqueues with equal pool attributes, so
 //! a pool's numbers include other workqueues' items. A pool first seen in a window (a
@@ -106,7 +107,10 @@ struct Tally {
     acquisitions: u64,
     contended: u64,
     wait_ns: u64,
-    busy_ns: u64,
+    completed: u64,
+    /// Run time of the items in the run-time histogram's sample, and how many.
+    sampled_run_ns: u64,
+    samples: u64,
     same_llc: u64,
     off_llc: u64,
 }
@@ -120,11 +124,29 @@ impl Tally {
             acquisitions: p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions,
             contended: p.enqueue_lock.contended + p.dequeue_lock.contended,
             wait_ns: p.enqueue_lock.wait_ns + p.dequeue_lock.wait_ns,
-            busy_ns: (run.mean * run.count as f64) as u64,
+            completed: p.totals.completed,
+            sampled_run_ns: (run.mean * run.count as f64) as u64,
+            samples: run.count,
             same_llc: p.locality.same_cpu + p.locality.same_smt + p.locality.same_llc,
             off_llc: p.locality.same_node + p.locality.remote,
         }
     }
+}
+
+/// A pool's busy time between two tallies. The run-time histogram holds a sample of
+/// the items (one in 16 per queueing thread), so the window's sampled run time is
+/// scaled by the items finished per sampled item; a window without a sampled item
+/// counts its finished items at the mean run time so far (`mean_ns`).
+fn busy_ns(before: &Tally, now: &Tally, mean_ns: f64) -> u64 {
+    let finished = now.completed.saturating_sub(before.completed);
+    let samples = now.samples.saturating_sub(before.samples);
+    let sampled_ns = now.sampled_run_ns.saturating_sub(before.sampled_run_ns);
+    let per_item = if samples == 0 {
+        mean_ns
+    } else {
+        sampled_ns as f64 / samples as f64
+    };
+    (per_item * finished as f64) as u64
 }
 
 /// One pool's statistics as the sampler read them.
@@ -241,7 +263,7 @@ impl AutoRun {
                 queued: d(|t| t.queued),
                 started: d(|t| t.started),
                 backlog: now_tally.queued.saturating_sub(now_tally.started),
-                busy_ns: d(|t| t.busy_ns),
+                busy_ns: busy_ns(before, &now_tally, stats.run_time_ns.mean),
                 lock_acquisitions: d(|t| t.acquisitions),
                 lock_contended: d(|t| t.contended),
                 lock_wait_ns: d(|t| t.wait_ns),
@@ -344,5 +366,57 @@ fn sample_forever() {
                 );
             }
         }
+    }
+}
+
+#[cfg(all(test, feature = "stats", not(loom)))]
+mod tests {
+    use super::*;
+
+    fn tally(completed: u64, sampled_run_ns: u64, samples: u64) -> Tally {
+        Tally {
+            completed,
+            sampled_run_ns,
+            samples,
+            ..Tally::default()
+        }
+    }
+
+    #[test]
+    fn busy_time_scales_the_sampled_run_time_to_every_finished_item() {
+        let before = tally(100, 50_000, 10);
+        // 160 finished in the window, 10 of them sampled at 1 µs each.
+        assert_eq!(busy_ns(&before, &tally(260, 60_000, 20), 3_000.0), 160_000);
+        // No sample in the window: its 4 items at the mean so far.
+        assert_eq!(busy_ns(&before, &tally(104, 50_000, 10), 500.0), 2_000);
+        assert_eq!(busy_ns(&before, &before, 500.0), 0);
+    }
+
+    /// On a real pool: 64 items of at least 200 µs each, of which the histogram holds a
+    /// sample, still count as at least 64 × 200 µs of busy time.
+    #[test]
+    fn busy_time_of_a_real_pool_counts_the_items_the_histogram_did_not_sample() {
+        // A topology no other test uses, so that the pool is this test's alone.
+        let wq = crate::Workqueue::builder("auto-busy")
+            .topology(crate::testing::fake_topology(1, 1, 7, 1))
+            .scope(Scope::System)
+            .build()
+            .unwrap();
+        let item = Duration::from_micros(200);
+        for _ in 0..64 {
+            wq.spawn(move || {
+                let start = Instant::now();
+                while start.elapsed() < item {}
+            });
+        }
+        wq.flush();
+        let stats = wq.stats();
+        let [pool] = stats.pools.as_slice() else {
+            panic!("one pool in scope system: {:?}", stats.pools);
+        };
+        assert_eq!(pool.totals.completed, 64);
+        assert!(pool.run_time_ns.count < 64, "the histogram holds a sample");
+        let busy = busy_ns(&Tally::default(), &Tally::of(pool), pool.run_time_ns.mean);
+        assert!(busy >= 64 * 200_000 * 99 / 100, "busy {busy} ns");
     }
 }

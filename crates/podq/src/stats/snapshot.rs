@@ -54,11 +54,16 @@ pub struct Locality {
     pub remote: u64,
 }
 
-/// A latency distribution in nanoseconds (quantiles within 1/16 relative error).
+/// A latency distribution in nanoseconds (quantiles within 1/16 relative error). A
+/// pool's item latencies are measured on a systematic sample, one item in 16 per
+/// queueing thread (each thread's first always): a clock read costs about as much as
+/// queueing a tiny item. `count` is then the sample's size; the item counts are in
+/// [`Totals`]. A percentile's rank error from sampling is about
+/// `sqrt(p (1 - p) / count)`, e.g. ±0.04 points for p99 after 1 M items.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct Latency {
-    /// Values recorded.
+    /// Values recorded (for items: the sample's size, see above).
     pub count: u64,
     /// Smallest value.
     pub min: u64,
@@ -120,9 +125,11 @@ pub struct PoolStats {
     pub dequeue_lock: LockStats,
     /// Where items ran relative to where they were queued.
     pub locality: Locality,
-    /// Time from the queue call to the start (waiting for a `max_active` slot included).
+    /// Time from the queue call to the start (waiting for a `max_active` slot
+    /// included), of the sampled items ([`Latency`]).
     pub queue_to_start_ns: Latency,
-    /// Time items ran.
+    /// Time items ran, of the sampled items ([`Latency`]): `mean` times
+    /// `totals.completed` estimates the pool's busy time.
     pub run_time_ns: Latency,
     /// CPU time of the workers, added when a worker goes idle or exits.
     pub cpu_time_ns: u64,
