@@ -3,16 +3,26 @@
 //! Protocol: `workqueue/README.md` ("max_active").
 //!
 //! Legend: A atomic (ordering and pair named at each field); N guarded by
-//! `NodeActive::pending`.
+//! `Waiting::pending`.
 
 use std::collections::VecDeque;
+
+use crossbeam_utils::CachePadded;
 
 use crate::policy;
 use crate::sync::{lock, seqcst_pair_fence, AtomicUsize, Mutex, Ordering::SeqCst};
 
 /// One node's active-item slots. `P` is what waits on the pending list: a pwq in the
-/// runtime, a plain value in the loom model.
+/// runtime, a plain value in the loom model. The slot counter and the pending list sit
+/// on cache lines of their own: every queue call and completion writes the counter,
+/// only pwqs that wait write the list.
 pub(crate) struct NodeActive<P> {
+    slots: CachePadded<Slots>,
+    waiting: CachePadded<Waiting<P>>,
+}
+
+/// The slot counter and its limit.
+struct Slots {
     /// A: the node's share of `max_active` (`SeqCst`, stored under `config`, read in
     /// `try_inc`: pairs with that load, so a raised limit is seen by the activation
     /// that follows the store).
@@ -20,6 +30,10 @@ pub(crate) struct NodeActive<P> {
     /// A: slots taken: active items, plus for a moment a `try_inc` that overshot and is
     /// about to undo (`SeqCst` read-modify-writes; see `nr_pending` for its pair).
     nr: AtomicUsize,
+}
+
+/// The pwqs waiting for a slot.
+struct Waiting<P> {
     /// N: pwqs with inactive items waiting for a slot, served round-robin.
     pending: Mutex<VecDeque<P>>,
     /// A: `pending.len()`, stored under the `pending` lock, so that a completion skips
@@ -33,38 +47,42 @@ pub(crate) struct NodeActive<P> {
 impl<P> NodeActive<P> {
     pub(crate) fn new() -> Self {
         NodeActive {
-            max: AtomicUsize::new(1),
-            nr: AtomicUsize::new(0),
-            pending: Mutex::new(VecDeque::new()),
-            nr_pending: AtomicUsize::new(0),
+            slots: CachePadded::new(Slots {
+                max: AtomicUsize::new(1),
+                nr: AtomicUsize::new(0),
+            }),
+            waiting: CachePadded::new(Waiting {
+                pending: Mutex::new(VecDeque::new()),
+                nr_pending: AtomicUsize::new(0),
+            }),
         }
     }
 
     /// Sets the node's share of `max_active`.
     pub(crate) fn set_max(&self, max: usize) {
-        self.max.store(max, SeqCst);
+        self.slots.max.store(max, SeqCst);
     }
 
     /// The node's share of `max_active` (for tests of the limits).
     #[cfg(all(test, not(loom)))]
     pub(crate) fn max(&self) -> usize {
-        self.max.load(SeqCst)
+        self.slots.max.load(SeqCst)
     }
 
     /// Active items and the node's share of `max_active` now (for `Workqueue::dump`).
     pub(crate) fn active_of_max(&self) -> (usize, usize) {
-        (self.nr.load(SeqCst), self.max.load(SeqCst))
+        (self.slots.nr.load(SeqCst), self.slots.max.load(SeqCst))
     }
 
     /// Whether pwqs wait for a slot now: a snapshot, and only a hint (a worker's way of
     /// polling, `policy::poll_pauses`); no admission decision reads it.
     pub(crate) fn has_waiting(&self) -> bool {
-        self.nr_pending.load(SeqCst) > 0
+        self.waiting.nr_pending.load(SeqCst) > 0
     }
 
     /// Whether every slot is taken now (a snapshot, for `Workqueue::congested`).
     pub(crate) fn is_full(&self) -> bool {
-        policy::free_slots(self.nr.load(SeqCst), self.max.load(SeqCst)) == 0
+        policy::free_slots(self.slots.nr.load(SeqCst), self.slots.max.load(SeqCst)) == 0
     }
 
     /// Takes a slot if one is free (`policy::may_activate`): one locked add, and an
@@ -72,8 +90,8 @@ impl<P> NodeActive<P> {
     /// `take_pending` find no free slot, so after a false return the caller must run
     /// its activation loop, as after `release`: the undo is a release.
     pub(crate) fn try_inc(&self) -> bool {
-        let before = self.nr.fetch_add(1, SeqCst);
-        if policy::free_slots(before, self.max.load(SeqCst)) > 0 {
+        let before = self.slots.nr.fetch_add(1, SeqCst);
+        if policy::free_slots(before, self.slots.max.load(SeqCst)) > 0 {
             return true;
         }
         self.release(1);
@@ -82,13 +100,17 @@ impl<P> NodeActive<P> {
 
     /// Takes up to `want` free slots (`policy::free_slots`); returns how many.
     fn try_take(&self, want: usize) -> usize {
-        let mut nr = self.nr.load(SeqCst);
+        let mut nr = self.slots.nr.load(SeqCst);
         loop {
-            let take = policy::free_slots(nr, self.max.load(SeqCst)).min(want);
+            let take = policy::free_slots(nr, self.slots.max.load(SeqCst)).min(want);
             if take == 0 {
                 return 0;
             }
-            match self.nr.compare_exchange_weak(nr, nr + take, SeqCst, SeqCst) {
+            match self
+                .slots
+                .nr
+                .compare_exchange_weak(nr, nr + take, SeqCst, SeqCst)
+            {
                 Ok(_) => return take,
                 Err(now) => nr = now,
             }
@@ -97,16 +119,16 @@ impl<P> NodeActive<P> {
 
     /// Frees `n` slots. The caller then calls its activation loop (`take_pending`).
     pub(crate) fn release(&self, n: usize) {
-        self.nr.fetch_sub(n, SeqCst);
+        self.slots.nr.fetch_sub(n, SeqCst);
     }
 
     /// Puts `p` at the end of the pending list. The caller then calls its activation
     /// loop: a slot freed between its failed `try_inc` and this push may have found
     /// the list empty.
     pub(crate) fn push_pending(&self, p: P) {
-        let mut pending = lock(&self.pending);
+        let mut pending = lock(&self.waiting.pending);
         pending.push_back(p);
-        self.nr_pending.store(pending.len(), SeqCst);
+        self.waiting.nr_pending.store(pending.len(), SeqCst);
     }
 
     /// One turn of activation (`node_activate_pending_pwq`): if something waits and a
@@ -119,14 +141,14 @@ impl<P> NodeActive<P> {
             // Between the caller's write (`release` or `push_pending`) and this read:
             // see `nr_pending`.
             seqcst_pair_fence();
-            if self.nr_pending.load(SeqCst) == 0 {
+            if self.waiting.nr_pending.load(SeqCst) == 0 {
                 return None;
             }
         }
-        let mut pending = lock(&self.pending);
+        let mut pending = lock(&self.waiting.pending);
         if let Some(p) = back {
             pending.push_back(p);
-            self.nr_pending.store(pending.len(), SeqCst);
+            self.waiting.nr_pending.store(pending.len(), SeqCst);
             // Between this store and the load of `nr` below: see `nr_pending`.
             seqcst_pair_fence();
         }
@@ -138,7 +160,7 @@ impl<P> NodeActive<P> {
             return None;
         }
         let p = pending.pop_front()?;
-        self.nr_pending.store(pending.len(), SeqCst);
+        self.waiting.nr_pending.store(pending.len(), SeqCst);
         Some((p, slots))
     }
 }
@@ -224,8 +246,8 @@ mod loom_tests {
             queue(&node, &activated);
             completer.join().unwrap();
             assert_eq!(activated.load(SeqCst), 1);
-            assert_eq!(node.nr.load(SeqCst), 1);
-            assert_eq!(node.nr_pending.load(SeqCst), 0);
+            assert_eq!(node.slots.nr.load(SeqCst), 1);
+            assert_eq!(node.waiting.nr_pending.load(SeqCst), 0);
         });
     }
 
@@ -254,7 +276,7 @@ mod loom_tests {
             let used = activated.load(SeqCst) + usize::from(took);
             assert_eq!(used, 1, "one slot, used exactly once");
             // The waiter may still wait, but only behind the overshooter's item.
-            assert_eq!(node.nr.load(SeqCst), 1, "a slot left free");
+            assert_eq!(node.slots.nr.load(SeqCst), 1, "a slot left free");
         });
     }
 }
