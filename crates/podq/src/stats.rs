@@ -24,7 +24,7 @@
 //!
 //! One mechanism per file: `counters.rs` (the counters and the sets of them a worker,
 //! a pool and a workqueue keep), `histogram.rs` (the latency histograms), `sample.rs`
-//! (which items' latency is measured), `snapshot.rs` (the serialisable snapshots).
+//! (which items' latency and which lock waits are measured), `snapshot.rs` (the serialisable snapshots).
 
 mod counters;
 mod histogram;
@@ -34,5 +34,5 @@ mod snapshot;
 pub(crate) use counters::{ItemCounters, OwnedCounter, PoolCounters, Recorder, WorkerCounters};
 use histogram::Histogram;
 #[cfg(feature = "stats")]
-pub(crate) use sample::{elapsed_ns, sample_stamp, Stamp};
+pub(crate) use sample::{elapsed_ns, sample_lock_wait, sample_stamp, Stamp};
 pub use snapshot::{all, Latency, Locality, LockStats, PoolStats, Totals, WorkqueueStats};

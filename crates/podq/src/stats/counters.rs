@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 #[cfg(feature = "stats")]
-use super::elapsed_ns;
+use super::{elapsed_ns, sample_lock_wait};
 use super::{Histogram, LockStats, Totals};
 use crate::policy::Locality as Place;
 use crate::sync::{Mutex, MutexGuard};
@@ -219,17 +219,20 @@ impl ItemCounters {
 }
 
 /// Contention of one lock at one kind of call site. Every field is written only while
-/// holding that lock (after acquiring it), so by one thread at a time.
+/// holding that lock (after acquiring it), so by one thread at a time (AL).
 #[derive(Default, Debug)]
 pub(crate) struct LockCounters {
     acquisitions: Counter,
     contended: Counter,
-    wait_ns: Counter,
+    /// Contended acquisitions whose wait was timed (`sample_lock_wait`), and their wait.
+    timed: Counter,
+    timed_wait_ns: Counter,
 }
 
 /// Counts acquisitions in the lock's own counters (queuers).
 impl crate::pool::Acquire for LockCounters {
-    /// Locks `mutex`: a try-lock first, and only a contended acquisition is timed.
+    /// Locks `mutex`: a try-lock first, and only a sample of the contended acquisitions
+    /// is timed.
     #[inline]
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
         let guard = self.lock_uncounted(mutex);
@@ -269,10 +272,13 @@ impl LockCounters {
             if let Ok(guard) = mutex.try_lock() {
                 return guard;
             }
-            let start = Instant::now();
+            let start = sample_lock_wait().then(Instant::now);
             let guard = crate::sync::lock(mutex);
             self.contended.add_exclusive(1);
-            self.wait_ns.add_exclusive(elapsed_ns(start));
+            if let Some(start) = start {
+                self.timed.add_exclusive(1);
+                self.timed_wait_ns.add_exclusive(elapsed_ns(start));
+            }
             guard
         }
         #[cfg(not(feature = "stats"))]
@@ -280,12 +286,25 @@ impl LockCounters {
     }
 
     pub(super) fn snapshot(&self) -> LockStats {
+        let contended = self.contended.get();
         LockStats {
             acquisitions: self.acquisitions.get(),
-            contended: self.contended.get(),
-            wait_ns: self.wait_ns.get(),
+            contended,
+            wait_ns: scaled_wait(self.timed_wait_ns.get(), self.timed.get(), contended),
         }
     }
+}
+
+/// The wait of `contended` acquisitions from the `timed_wait_ns` of the `timed` ones
+/// among them: their mean times the count (0 before the first timed one). Read
+/// without the lock, the three may be a moment apart: never more than `contended`
+/// times the largest mean.
+fn scaled_wait(timed_wait_ns: u64, timed: u64, contended: u64) -> u64 {
+    if timed == 0 {
+        return 0;
+    }
+    let wait = u128::from(timed_wait_ns) * u128::from(contended.max(timed)) / u128::from(timed);
+    u64::try_from(wait).unwrap_or(u64::MAX)
 }
 
 /// Counters of one pool (shared by every workqueue whose items it runs).
@@ -339,6 +358,52 @@ impl PoolCounters {
 #[cfg(all(test, feature = "stats"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_lock_wait_is_the_timed_mean_times_the_contended_count() {
+        assert_eq!(scaled_wait(0, 0, 0), 0);
+        assert_eq!(scaled_wait(0, 0, 12), 0, "nothing timed yet");
+        // 2 of 16 contended acquisitions timed, 300 ns in all: 150 ns each.
+        assert_eq!(scaled_wait(300, 2, 16), 2400);
+        // A snapshot that read `contended` before the last timed one's count.
+        assert_eq!(scaled_wait(300, 2, 1), 300);
+        assert_eq!(scaled_wait(u64::MAX, 1, u64::MAX), u64::MAX);
+    }
+
+    /// Every contended acquisition is counted and its wait estimated from the timed
+    /// ones: a thread's first is always timed.
+    #[test]
+    fn contended_acquisitions_are_all_counted_and_their_wait_estimated() {
+        use crate::pool::Acquire;
+        // Each try holds the lock while a new thread asks for it; a try in which that
+        // thread came late (the lock already free) does not count.
+        for _ in 0..100 {
+            let counters = Arc::new(LockCounters::default());
+            let mutex = Arc::new(Mutex::new(0u64));
+            let asking = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let held = crate::sync::lock(&*mutex);
+            let waiter = {
+                let (counters, mutex, asking) = (counters.clone(), mutex.clone(), asking.clone());
+                std::thread::spawn(move || {
+                    asking.store(true, Relaxed);
+                    *counters.acquire(&*mutex) += 1;
+                })
+            };
+            while !asking.load(Relaxed) {
+                std::thread::yield_now();
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+            drop(held);
+            waiter.join().unwrap();
+            let stats = counters.snapshot();
+            assert_eq!(stats.acquisitions, 1);
+            if stats.contended == 1 {
+                assert!(stats.wait_ns > 0, "{stats:?}");
+                return;
+            }
+        }
+        panic!("the waiter never found the lock held in 100 tries");
+    }
 
     /// More threads than leases, in waves so that leases are given back and taken
     /// again: every add is counted once, whether it went to a leased or a shared part.

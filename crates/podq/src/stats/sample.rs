@@ -87,10 +87,36 @@ pub(crate) fn sample_stamp() -> Option<Stamp> {
         /// W: queue calls of this thread, modulo `SAMPLE_EVERY`.
         static CALLS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
     }
-    CALLS.with(|c| {
+    one_in(&CALLS, SAMPLE_EVERY).then(Stamp::now)
+}
+
+/// A contended pool-lock acquisition's wait is timed on one in [`LOCK_WAIT_EVERY`] per
+/// thread (each thread's first always), for the same reason as [`SAMPLE_EVERY`]: two
+/// clock reads cost more than a short wait, and a contended flood has hundreds of
+/// thousands of them a second. Every contended acquisition is counted; the wait
+/// reported is the timed ones' mean wait times that count (`LockCounters`).
+#[cfg(feature = "stats")]
+pub(crate) const LOCK_WAIT_EVERY: u32 = 8;
+
+/// Whether to time this contended acquisition ([`LOCK_WAIT_EVERY`]).
+#[cfg(feature = "stats")]
+#[inline]
+pub(crate) fn sample_lock_wait() -> bool {
+    thread_local! {
+        /// W: contended acquisitions of this thread, modulo `LOCK_WAIT_EVERY`.
+        static WAITS: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+    }
+    one_in(&WAITS, LOCK_WAIT_EVERY)
+}
+
+/// Counts an event in `counter` (modulo `every`): whether it is the first of its `every`.
+#[cfg(feature = "stats")]
+#[inline]
+fn one_in(counter: &'static std::thread::LocalKey<std::cell::Cell<u32>>, every: u32) -> bool {
+    counter.with(|c| {
         let n = c.get();
-        c.set(if n + 1 == SAMPLE_EVERY { 0 } else { n + 1 });
-        (n == 0).then(Stamp::now)
+        c.set(if n + 1 == every { 0 } else { n + 1 });
+        n == 0
     })
 }
 
