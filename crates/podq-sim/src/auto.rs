@@ -8,7 +8,7 @@
 //! its workers are, whatever else its CPUs run.
 
 use podq_policy::auto::{
-    decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, Switch, Window,
+    decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, PoolCounts, Switch, Window,
 };
 use podq_topology::{Scope, Topology};
 
@@ -35,17 +35,6 @@ impl Default for AutoSpec {
     }
 }
 
-/// Cumulative counts of one pool at the last sample.
-#[derive(Clone, Copy, Debug, Default)]
-struct Tally {
-    pushed: u64,
-    taken: u64,
-    acquisitions: u64,
-    contended: u64,
-    wait_ns: u64,
-    busy_ns: u64,
-}
-
 /// A switch, with the virtual time it was made at.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TimedSwitch {
@@ -62,7 +51,7 @@ pub struct SimAuto {
     state: AutoState,
     last_at: Ns,
     /// Per pool index, its counts at the last sample (`None`: not seen yet).
-    seen: Vec<Option<Tally>>,
+    seen: Vec<Option<PoolCounts>>,
     items: u64,
     locality: [u64; 5],
     /// Every switch made.
@@ -125,19 +114,21 @@ impl SimAuto {
         for &p in &w.pools {
             let pool = &sim.world.pools[p];
             let lock = &sim.locks[pool.lock].counts;
-            let now_tally = Tally {
-                pushed: pool.pushed,
-                taken: pool.taken,
-                acquisitions: lock[0].acquisitions + lock[1].acquisitions,
-                contended: lock[0].contended + lock[1].contended,
-                wait_ns: lock[0].wait_ns + lock[1].wait_ns,
-                busy_ns: pool.busy_ns,
+            // Every item's run time is known here: measured = finished, busy exact.
+            let now_counts = PoolCounts {
+                queued: pool.pushed,
+                started: pool.taken,
+                finished: pool.finished,
+                measured: pool.finished,
+                measured_run_ns: pool.busy_ns,
+                lock_acquisitions: lock[0].acquisitions + lock[1].acquisitions,
+                lock_contended: lock[0].contended + lock[1].contended,
+                lock_wait_ns: lock[0].wait_ns + lock[1].wait_ns,
             };
             if self.seen.len() <= p {
                 self.seen.resize(p + 1, None);
             }
-            let before = self.seen[p].replace(now_tally);
-            let Some(before) = before else {
+            let Some(before) = self.seen[p].replace(now_counts) else {
                 continue;
             };
             let inactive: usize = sim
@@ -147,17 +138,16 @@ impl SimAuto {
                 .filter(|q| q.wq == wq && q.pool == p)
                 .map(|q| q.inactive.len())
                 .sum();
-            window.pods.push(PodWindow {
-                cpus: pool.pod.clone(),
-                capacity: pool.pod.len(),
-                queued: now_tally.pushed - before.pushed,
-                started: now_tally.taken - before.taken,
-                backlog: (pool.worklist.len() + inactive) as u64,
-                busy_ns: now_tally.busy_ns - before.busy_ns,
-                lock_acquisitions: now_tally.acquisitions - before.acquisitions,
-                lock_contended: now_tally.contended - before.contended,
-                lock_wait_ns: now_tally.wait_ns - before.wait_ns,
-            });
+            let backlog = (pool.worklist.len() + inactive) as u64;
+            let cpus = pool.pod.clone();
+            let capacity = pool.pod.len();
+            window.pods.push(PodWindow::between(
+                cpus,
+                capacity,
+                backlog,
+                &before,
+                &now_counts,
+            ));
         }
         self.last_at = now;
         self.items = counters.items;

@@ -78,6 +78,8 @@ pub struct Pool {
     pub taken: u64,
     /// Time its workers spent in items so far (start to the lock after the item).
     pub busy_ns: Ns,
+    /// Items its workers finished so far (each one's time is in `busy_ns`).
+    pub finished: u64,
     /// Active items and their pwqs.
     pub worklist: VecDeque<(Item, usize)>,
     /// Idle workers, oldest first, with when they went idle.
@@ -196,6 +198,7 @@ impl Sim<'_> {
             pushed: 0,
             taken: 0,
             busy_ns: 0,
+            finished: 0,
             worklist: VecDeque::new(),
             idle: Vec::new(),
             nr_workers: 0,
@@ -497,6 +500,7 @@ impl Sim<'_> {
     pub fn item_done(&mut self, tid: Tid, pwq: usize) {
         let pool = self.world.pwqs[pwq].pool;
         self.world.pools[pool].busy_ns += self.now - self.threads[tid].item_since;
+        self.world.pools[pool].finished += 1;
         let (wq, slot) = (self.world.pwqs[pwq].wq, self.world.pwqs[pwq].slot);
         self.world.wqs[wq].slots[slot].nr -= 1;
         self.activate_pending(tid, wq, slot);

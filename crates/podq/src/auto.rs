@@ -34,7 +34,8 @@ use podq_topology::{CpuSet, Scope, Topology};
 use serde::{Deserialize, Serialize};
 
 use crate::policy::auto::{
-    decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, Reason, Switch, Window,
+    decide, AutoConfig, AutoState, Ladder, PlaceCounts, PodWindow, PoolCounts, Reason, Switch,
+    Window,
 };
 use crate::stats::PoolStats;
 use crate::sync::{lock_std as lock, wait_std};
@@ -102,51 +103,30 @@ pub struct AutoStats {
 /// Cumulative counts of one pool at the last sample.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 struct Tally {
-    queued: u64,
-    started: u64,
-    acquisitions: u64,
-    contended: u64,
-    wait_ns: u64,
-    completed: u64,
-    /// Run time of the items in the run-time histogram's sample, and how many.
-    sampled_run_ns: u64,
-    samples: u64,
+    counts: PoolCounts,
     same_llc: u64,
     off_llc: u64,
 }
 
 impl Tally {
     fn of(p: &PoolStats) -> Tally {
+        // The run-time histogram holds the sampled items (`stats::Latency`).
         let run = &p.run_time_ns;
         Tally {
-            queued: p.totals.queued,
-            started: p.totals.started,
-            acquisitions: p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions,
-            contended: p.enqueue_lock.contended + p.dequeue_lock.contended,
-            wait_ns: p.enqueue_lock.wait_ns + p.dequeue_lock.wait_ns,
-            completed: p.totals.completed,
-            sampled_run_ns: (run.mean * run.count as f64) as u64,
-            samples: run.count,
+            counts: PoolCounts {
+                queued: p.totals.queued,
+                started: p.totals.started,
+                finished: p.totals.completed,
+                measured: run.count,
+                measured_run_ns: (run.mean * run.count as f64) as u64,
+                lock_acquisitions: p.enqueue_lock.acquisitions + p.dequeue_lock.acquisitions,
+                lock_contended: p.enqueue_lock.contended + p.dequeue_lock.contended,
+                lock_wait_ns: p.enqueue_lock.wait_ns + p.dequeue_lock.wait_ns,
+            },
             same_llc: p.locality.same_cpu + p.locality.same_smt + p.locality.same_llc,
             off_llc: p.locality.same_node + p.locality.remote,
         }
     }
-}
-
-/// A pool's busy time between two tallies. The run-time histogram holds a sample of
-/// the items (one in 16 per queueing thread), so the window's sampled run time is
-/// scaled by the items finished per sampled item; a window without a sampled item
-/// counts its finished items at the mean run time so far (`mean_ns`).
-fn busy_ns(before: &Tally, now: &Tally, mean_ns: f64) -> u64 {
-    let finished = now.completed.saturating_sub(before.completed);
-    let samples = now.samples.saturating_sub(before.samples);
-    let sampled_ns = now.sampled_run_ns.saturating_sub(before.sampled_run_ns);
-    let per_item = if samples == 0 {
-        mean_ns
-    } else {
-        sampled_ns as f64 / samples as f64
-    };
-    (per_item * finished as f64) as u64
 }
 
 /// One pool's statistics as the sampler read them.
@@ -254,20 +234,17 @@ impl AutoRun {
             let Some(before) = self.seen.get(id) else {
                 continue;
             };
-            let d = |f: fn(&Tally) -> u64| f(&now_tally).saturating_sub(f(before));
-            window.places.same_llc += d(|t| t.same_llc);
-            window.places.off_llc += d(|t| t.off_llc);
-            window.pods.push(PodWindow {
-                cpus: pod.clone(),
-                capacity: *capacity,
-                queued: d(|t| t.queued),
-                started: d(|t| t.started),
-                backlog: now_tally.queued.saturating_sub(now_tally.started),
-                busy_ns: busy_ns(before, &now_tally, stats.run_time_ns.mean),
-                lock_acquisitions: d(|t| t.acquisitions),
-                lock_contended: d(|t| t.contended),
-                lock_wait_ns: d(|t| t.wait_ns),
-            });
+            window.places.same_llc += now_tally.same_llc.saturating_sub(before.same_llc);
+            window.places.off_llc += now_tally.off_llc.saturating_sub(before.off_llc);
+            let (before, now) = (&before.counts, &now_tally.counts);
+            let backlog = now.queued.saturating_sub(now.started);
+            window.pods.push(PodWindow::between(
+                pod.clone(),
+                *capacity,
+                backlog,
+                before,
+                now,
+            ));
         }
         self.seen = seen;
         self.completed = completed;
@@ -373,25 +350,6 @@ fn sample_forever() {
 mod tests {
     use super::*;
 
-    fn tally(completed: u64, sampled_run_ns: u64, samples: u64) -> Tally {
-        Tally {
-            completed,
-            sampled_run_ns,
-            samples,
-            ..Tally::default()
-        }
-    }
-
-    #[test]
-    fn busy_time_scales_the_sampled_run_time_to_every_finished_item() {
-        let before = tally(100, 50_000, 10);
-        // 160 finished in the window, 10 of them sampled at 1 µs each.
-        assert_eq!(busy_ns(&before, &tally(260, 60_000, 20), 3_000.0), 160_000);
-        // No sample in the window: its 4 items at the mean so far.
-        assert_eq!(busy_ns(&before, &tally(104, 50_000, 10), 500.0), 2_000);
-        assert_eq!(busy_ns(&before, &before, 500.0), 0);
-    }
-
     /// On a real pool: 64 items of at least 200 µs each, of which the histogram holds a
     /// sample, still count as at least 64 × 200 µs of busy time.
     #[test]
@@ -416,7 +374,7 @@ mod tests {
         };
         assert_eq!(pool.totals.completed, 64);
         assert!(pool.run_time_ns.count < 64, "the histogram holds a sample");
-        let busy = busy_ns(&Tally::default(), &Tally::of(pool), pool.run_time_ns.mean);
+        let busy = Tally::of(pool).counts.busy_since(&PoolCounts::default());
         assert!(busy >= 64 * 200_000 * 99 / 100, "busy {busy} ns");
     }
 }
