@@ -20,6 +20,15 @@
 //! kernel's `function` field is the item's label (absent for unlabelled items).
 //! Emitting an event costs what the subscriber does with it; a subscriber's time at
 //! `workqueue_execute_start` is counted in the item's queue-to-start latency.
+//!
+//! A subscriber runs inside the queue and activation paths: `workqueue_queue_work`
+//! inside the queue call's read section of the CPU → pwq table, and
+//! `workqueue_activate_work`, for an item that waited for a `max_active` slot, under
+//! its pwq's lock and its pool's worklist lock, as the kernel's probes run under the
+//! pool lock. So a subscriber must not queue work on podq from inside a podq event
+//! (it would wait for a lock its own thread holds: the worker hangs) and must not
+//! panic (the unwinding would leave the activation half done); one that does more than
+//! record should hand the event to another thread.
 
 use std::sync::Arc;
 
