@@ -25,10 +25,11 @@
 //! inside the queue call's read section of the CPU → pwq table, and
 //! `workqueue_activate_work`, for an item that waited for a `max_active` slot, under
 //! its pwq's lock and its pool's worklist lock, as the kernel's probes run under the
-//! pool lock. So a subscriber must not queue work on podq from inside a podq event
-//! (it would wait for a lock its own thread holds: the worker hangs) and must not
-//! panic (the unwinding would leave the activation half done); one that does more than
-//! record should hand the event to another thread.
+//! pool lock. A queue call the subscriber makes there would wait for a lock its own
+//! thread holds, so it is deferred instead (`workqueue/reentry.rs`): checked at once,
+//! queued when the podq call that emitted the event has released its locks. A
+//! subscriber must not panic in these two events (the unwinding would leave the
+//! activation half done).
 
 use std::sync::Arc;
 
@@ -38,6 +39,43 @@ use crate::entry::{Entry, EntryMeta};
 use crate::join::OnceTask;
 use crate::pool::PoolCore;
 use crate::work::WorkInner;
+
+#[cfg(feature = "tracing")]
+thread_local! {
+    /// W: whether this thread is in an event emitted under podq's locks.
+    static IN_LOCKED_EVENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is inside `workqueue_queue_work` or
+/// `workqueue_activate_work`: a queue call made there is deferred
+/// (`workqueue/reentry.rs`).
+#[cfg(feature = "tracing")]
+pub(crate) fn in_locked_event() -> bool {
+    IN_LOCKED_EVENT.get()
+}
+
+/// Marks the thread as inside an event emitted under podq's locks, until dropped
+/// (unwinding included).
+#[cfg(feature = "tracing")]
+struct LockedEvent {
+    outer: bool,
+}
+
+#[cfg(feature = "tracing")]
+impl LockedEvent {
+    fn enter() -> LockedEvent {
+        LockedEvent {
+            outer: IN_LOCKED_EVENT.replace(true),
+        }
+    }
+}
+
+#[cfg(feature = "tracing")]
+impl Drop for LockedEvent {
+    fn drop(&mut self) {
+        IN_LOCKED_EVENT.set(self.outer);
+    }
+}
 
 /// An item as the events name it (read only by the feature's events).
 #[derive(Clone, Copy)]
@@ -76,6 +114,7 @@ pub(crate) fn queue_work(entry: &Entry, req_cpu: Option<usize>, cpu: usize) {
     {
         let (work, label) = Item::of(&entry.task).parts();
         let pwq = &entry.meta.pwq;
+        let _locked = LockedEvent::enter();
         tracing::trace!(
             name: "workqueue_queue_work",
             target: "podq::workqueue",
@@ -98,6 +137,7 @@ pub(crate) fn activate_work(entry: &Entry) {
     {
         let (work, label) = Item::of(&entry.task).parts();
         let pwq = &entry.meta.pwq;
+        let _locked = LockedEvent::enter();
         tracing::trace!(
             name: "workqueue_activate_work",
             target: "podq::workqueue",

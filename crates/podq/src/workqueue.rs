@@ -31,6 +31,8 @@ mod min_active;
 mod named;
 mod node;
 mod pools;
+#[cfg(feature = "tracing")]
+mod reentry;
 pub(crate) mod refresh;
 mod registry;
 mod shutdown;
@@ -636,7 +638,16 @@ impl WqShared {
         cpu: Option<usize>,
     ) {
         let task = Task::Work { work, seq };
-        if let Err(Task::Work { work, seq }) = self.enqueue_any(task, cpu, true) {
+        if let Err(task) = self.enqueue_any(task, cpu, true) {
+            self.cancel_refused(task);
+        }
+    }
+
+    /// A task that owned its queueing (PENDING, or a spawned item's block) and was
+    /// refused (the workqueue is gone): a work instance is cancelled and counted, a
+    /// spawned item dropped unrun (its handle reports that).
+    fn cancel_refused(&self, task: Task) {
+        if let Task::Work { work, seq } = task {
             if work.state.release(seq) {
                 self.counters.cancelled.inc();
             }
@@ -659,6 +670,14 @@ impl WqShared {
         cpu: Option<usize>,
         from_timer: bool,
     ) -> Result<(), Task> {
+        #[cfg(feature = "tracing")]
+        if crate::trace::in_locked_event() {
+            if self.destroyed.load(SeqCst) || (!from_timer && self.check_accepting().is_err()) {
+                return Err(task);
+            }
+            reentry::defer(self, task, cpu);
+            return Ok(());
+        }
         let queued_cpu = cpu::current_cpu();
         // The table's read section lasts until the item is on its way: it keeps the pwq
         // and its pool alive without another reference count per item, and lets
@@ -730,6 +749,8 @@ impl WqShared {
             // pending list (its releaser may not have seen us), or by our own undo.
             self.activate(node);
         }
+        #[cfg(feature = "tracing")]
+        reentry::run();
         Ok(())
     }
 
@@ -786,6 +807,8 @@ impl WqShared {
                 back = Some(pwq);
             }
         }
+        #[cfg(feature = "tracing")]
+        reentry::run();
     }
 
     fn flush(&self) {

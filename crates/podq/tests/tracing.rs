@@ -2,6 +2,7 @@
 //! by a subscriber that collects them.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 
 use podq::{Scope, Topology, Work, Workqueue};
@@ -49,6 +50,7 @@ impl Subscriber for Handle {
     fn event(&self, event: &Event<'_>) {
         let mut fields = BTreeMap::new();
         event.record(&mut Fields(&mut fields));
+        reenter(event.metadata().name(), &fields);
         self.0.events.lock().unwrap().push(Seen {
             name: event.metadata().name(),
             target: event.metadata().target(),
@@ -184,4 +186,84 @@ fn every_item_passes_queue_activate_start_end() {
             .count(),
         2
     );
+}
+
+/// The workqueue whose `outer` item's events queue an `inner` item from inside the
+/// event, and the inner items' runs.
+static REENTERED: OnceLock<Workqueue> = OnceLock::new();
+static INNER_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+/// The subscriber's part in `a_subscriber_may_queue_work_from_inside_an_event`.
+fn reenter(name: &str, fields: &BTreeMap<&'static str, String>) {
+    let Some(wq) = REENTERED.get() else {
+        return;
+    };
+    let outer = fields.get("workqueue").is_some_and(|w| w == "reentered")
+        && fields.get("label").is_some_and(|l| l == "outer");
+    if outer && (name == "workqueue_queue_work" || name == "workqueue_activate_work") {
+        // The activation event runs under the pwq's and the worklist's locks.
+        wq.execute(|| {
+            INNER_RUNS.fetch_add(1, SeqCst);
+        });
+    }
+}
+
+#[test]
+fn a_subscriber_may_queue_work_from_inside_an_event() {
+    collector();
+    // In a thread of its own, so that a hang (the queue call waiting for a lock its
+    // own thread holds) fails the test instead of stopping it.
+    let (done_tx, done) = mpsc::channel();
+    std::thread::spawn(move || {
+        reentered_run();
+        done_tx.send(()).unwrap();
+    });
+    done.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a queue call from inside an event hung");
+    // One inner item from the queue event, one from the activation event: each ran
+    // once, after the call that emitted its event had left its locks.
+    assert_eq!(INNER_RUNS.load(SeqCst), 2);
+    let events = events_of("reentered", &[]);
+    let activated = events
+        .iter()
+        .filter(|e| {
+            e.name == "workqueue_activate_work"
+                && e.fields.get("label").is_some_and(|l| l == "outer")
+        })
+        .count();
+    assert_eq!(activated, 1, "{events:#?}");
+}
+
+/// The blocker holds the one slot, so `outer` waits and is activated when the blocker's
+/// completion frees it: its activation event runs under the pwq's and the worklist's
+/// locks.
+fn reentered_run() {
+    let wq = REENTERED.get_or_init(|| {
+        Workqueue::builder("reentered")
+            .topology(Topology::synthetic("1s2c1t").unwrap())
+            .scope(Scope::Cpu)
+            .max_active(1)
+            .build()
+            .unwrap()
+    });
+    let (release, gate) = mpsc::channel::<()>();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let blocker = wq.spawn(move || {
+        started_tx.send(()).unwrap();
+        gate.lock().unwrap().recv().unwrap();
+    });
+    started.recv().unwrap();
+    let outer = wq.spawn_named("outer", || {});
+    release.send(()).unwrap();
+    blocker.join().unwrap();
+    outer.join().unwrap();
+    // The activation event's item is queued when that activation pass ends, which may
+    // be just after `outer` ran: flush until both inner items ran (bounded by the
+    // caller's timeout).
+    while INNER_RUNS.load(SeqCst) < 2 {
+        wq.flush();
+        std::thread::yield_now();
+    }
+    wq.flush();
 }

@@ -1,0 +1,59 @@
+//! Queue calls made from inside a podq tracing event that runs under podq's locks
+//! (`trace.rs`: `workqueue_queue_work` in the table's read section,
+//! `workqueue_activate_work` under the pwq and worklist locks). Made there, the call
+//! would wait for a lock its own thread holds; instead it is checked as usual (a
+//! draining or destroyed workqueue refuses it at once) and kept on the thread's list,
+//! and the podq call that emitted the event queues it once it has released its locks
+//! (at the end of `enqueue_any` and of an activation pass), in the order the calls were
+//! made. Until then the item is not in flight: a flush started meanwhile by another
+//! thread need not wait for it.
+//!
+//! Legend: W thread-private.
+
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use super::WqShared;
+use crate::entry::Task;
+
+/// A queue call made inside an event.
+struct Deferred {
+    wq: Arc<WqShared>,
+    task: Task,
+    cpu: Option<usize>,
+}
+
+thread_local! {
+    /// W: the calls to make, oldest first.
+    static DEFERRED: RefCell<VecDeque<Deferred>> = const { RefCell::new(VecDeque::new()) };
+    /// W: whether this thread is making them now (a call it makes may defer more,
+    /// which the same loop takes).
+    static RUNNING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Keeps `task` for `wq` (already accepted) to queue once the thread's locks are free.
+pub(super) fn defer(wq: &Arc<WqShared>, task: Task, cpu: Option<usize>) {
+    let call = Deferred {
+        wq: Arc::clone(wq),
+        task,
+        cpu,
+    };
+    DEFERRED.with(|d| d.borrow_mut().push_back(call));
+}
+
+/// Queues the calls this thread deferred. Called where the caller holds no podq lock.
+pub(super) fn run() {
+    if RUNNING.get() || DEFERRED.with(|d| d.borrow().is_empty()) {
+        return;
+    }
+    RUNNING.set(true);
+    while let Some(call) = DEFERRED.with(|d| d.borrow_mut().pop_front()) {
+        // Accepted when it was made, so only a workqueue torn down since refuses it
+        // (as a fired timer's item).
+        if let Err(task) = call.wq.enqueue_any(call.task, call.cpu, true) {
+            call.wq.cancel_refused(task);
+        }
+    }
+    RUNNING.set(false);
+}
