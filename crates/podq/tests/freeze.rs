@@ -21,19 +21,6 @@ fn fake(name: &str) -> Workqueue {
         .unwrap()
 }
 
-/// Spawns an item that reports when it starts and then waits for `release`.
-fn blocker(wq: &Workqueue) -> (mpsc::Sender<()>, podq::JoinHandle<()>) {
-    let (release, gate) = mpsc::channel::<()>();
-    let (started_tx, started) = mpsc::channel::<()>();
-    let gate = Mutex::new(gate);
-    let handle = wq.spawn(move || {
-        started_tx.send(()).unwrap();
-        gate.lock().unwrap().recv().unwrap();
-    });
-    started.recv().unwrap();
-    (release, handle)
-}
-
 #[test]
 fn items_queued_while_frozen_wait_and_run_once_after_thaw() {
     let wq = fake("fz-basic");
@@ -67,7 +54,7 @@ fn freeze_waits_for_running_items_and_holds_queued_ones() {
         .max_active(1)
         .build()
         .unwrap();
-    let (release, running) = blocker(&wq);
+    let (release, running) = common::blocker(&wq);
     let runs = common::counter();
     for _ in 0..5 {
         // Behind the running item: inactive, waiting for the one slot.
@@ -105,7 +92,7 @@ fn ordered_items_keep_their_order_across_a_freeze() {
         let order = Arc::clone(&order);
         drop(wq.spawn(move || order.lock().unwrap().push(i)));
     };
-    let (release, running) = blocker(&wq);
+    let (release, running) = common::blocker(&wq);
     (0..5).for_each(push);
     let freezer = {
         let wq = wq.clone();
@@ -143,7 +130,7 @@ fn freezing_from_an_own_item_is_refused() {
 #[test]
 fn a_thaw_during_the_wait_ends_the_freeze_with_an_error() {
     let wq = Workqueue::builder("fz-thawed").build().unwrap();
-    let (release, running) = blocker(&wq);
+    let (release, running) = common::blocker(&wq);
     let freezer = {
         let wq = wq.clone();
         std::thread::spawn(move || wq.freeze())

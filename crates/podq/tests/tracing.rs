@@ -10,6 +10,8 @@ use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
 use tracing::{Event, Metadata, Subscriber};
 
+mod common;
+
 /// One event: its name, target and fields (as text).
 #[derive(Clone, Debug)]
 struct Seen {
@@ -246,14 +248,7 @@ fn reentered_run() {
             .build()
             .unwrap()
     });
-    let (release, gate) = mpsc::channel::<()>();
-    let (started_tx, started) = mpsc::channel::<()>();
-    let gate = Mutex::new(gate);
-    let blocker = wq.spawn(move || {
-        started_tx.send(()).unwrap();
-        gate.lock().unwrap().recv().unwrap();
-    });
-    started.recv().unwrap();
+    let (release, blocker) = common::blocker(wq);
     let outer = wq.spawn_named("outer", || {});
     release.send(()).unwrap();
     blocker.join().unwrap();

@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::Arc;
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use podq::{CpuSet, DelayedWork, Scope, Work, Workqueue};
@@ -152,4 +152,17 @@ pub fn flush_within(wq: &Workqueue, limit: Duration) -> bool {
         let _ = tx.send(());
     });
     rx.recv_timeout(limit).is_ok()
+}
+
+/// Spawns an item that reports when it starts and then waits for `release`.
+pub fn blocker(wq: &Workqueue) -> (mpsc::Sender<()>, podq::JoinHandle<()>) {
+    let (release, gate) = mpsc::channel::<()>();
+    let (started_tx, started) = mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    let handle = wq.spawn(move || {
+        started_tx.send(()).unwrap();
+        gate.lock().unwrap().recv().unwrap();
+    });
+    started.recv().unwrap();
+    (release, handle)
 }
