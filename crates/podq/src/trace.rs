@@ -27,10 +27,13 @@
 //! its pwq's lock and its pool's worklist lock, as the kernel's probes run under the
 //! pool lock. A queue call the subscriber makes there would wait for a lock its own
 //! thread holds, so it is deferred instead (`workqueue/reentry.rs`): checked at once,
-//! queued when the podq call that emitted the event has released its locks. A
-//! subscriber must not panic in these two events (the unwinding would leave the
-//! activation half done).
+//! queued when the podq call that emitted the event has released its locks. A panic
+//! of the subscriber there is caught, so that the queueing or activation completes,
+//! and reported to the workqueue's panic hook once the locks are released, as an
+//! item's panic is.
 
+#[cfg(feature = "tracing")]
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 
 #[cfg(feature = "tracing")]
@@ -39,11 +42,17 @@ use crate::entry::{Entry, EntryMeta};
 use crate::join::OnceTask;
 use crate::pool::PoolCore;
 use crate::work::WorkInner;
+#[cfg(feature = "tracing")]
+use crate::workqueue::WqShared;
 
 #[cfg(feature = "tracing")]
 thread_local! {
     /// W: whether this thread is in an event emitted under podq's locks.
-    static IN_LOCKED_EVENT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    static IN_LOCKED_EVENT: Cell<bool> = const { Cell::new(false) };
+    /// W: panics of subscribers in such events, with the event's workqueue, to report
+    /// once the locks are released.
+    static SUBSCRIBER_PANICS: RefCell<Vec<(Arc<WqShared>, String)>> =
+        const { RefCell::new(Vec::new()) };
 }
 
 /// Whether the calling thread is inside `workqueue_queue_work` or
@@ -54,27 +63,25 @@ pub(crate) fn in_locked_event() -> bool {
     IN_LOCKED_EVENT.get()
 }
 
-/// Marks the thread as inside an event emitted under podq's locks, until dropped
-/// (unwinding included).
+/// Emits an event of `wq`'s under podq's locks: marked (see [`in_locked_event`]), and
+/// a subscriber's panic caught, so that the queue or activation around it completes;
+/// the panic is kept for [`take_subscriber_panics`].
 #[cfg(feature = "tracing")]
-struct LockedEvent {
-    outer: bool,
-}
-
-#[cfg(feature = "tracing")]
-impl LockedEvent {
-    fn enter() -> LockedEvent {
-        LockedEvent {
-            outer: IN_LOCKED_EVENT.replace(true),
-        }
+fn locked_event(wq: &Arc<WqShared>, emit: impl FnOnce()) {
+    let outer = IN_LOCKED_EVENT.replace(true);
+    let emitted = std::panic::catch_unwind(std::panic::AssertUnwindSafe(emit));
+    IN_LOCKED_EVENT.set(outer);
+    if let Err(payload) = emitted {
+        let message = crate::work::panic_message(&*payload);
+        SUBSCRIBER_PANICS.with(|p| p.borrow_mut().push((Arc::clone(wq), message)));
     }
 }
 
+/// The subscriber panics caught in this thread's locked events since the last call,
+/// for the caller to report (to the workqueue's panic hook) with no podq lock held.
 #[cfg(feature = "tracing")]
-impl Drop for LockedEvent {
-    fn drop(&mut self) {
-        IN_LOCKED_EVENT.set(self.outer);
-    }
+pub(crate) fn take_subscriber_panics() -> Vec<(Arc<WqShared>, String)> {
+    SUBSCRIBER_PANICS.with(|p| std::mem::take(&mut *p.borrow_mut()))
 }
 
 /// An item as the events name it (read only by the feature's events).
@@ -114,17 +121,18 @@ pub(crate) fn queue_work(entry: &Entry, req_cpu: Option<usize>, cpu: usize) {
     {
         let (work, label) = Item::of(&entry.task).parts();
         let pwq = &entry.meta.pwq;
-        let _locked = LockedEvent::enter();
-        tracing::trace!(
-            name: "workqueue_queue_work",
-            target: "podq::workqueue",
-            work,
-            label = label.map(|l| &**l),
-            workqueue = pwq.wq.name.as_str(),
-            req_cpu,
-            cpu,
-            pool = pwq.pool.core.id,
-        );
+        locked_event(&pwq.wq, || {
+            tracing::trace!(
+                name: "workqueue_queue_work",
+                target: "podq::workqueue",
+                work,
+                label = label.map(|l| &**l),
+                workqueue = pwq.wq.name.as_str(),
+                req_cpu,
+                cpu,
+                pool = pwq.pool.core.id,
+            );
+        });
     }
     #[cfg(not(feature = "tracing"))]
     let _ = (entry, req_cpu, cpu);
@@ -137,15 +145,16 @@ pub(crate) fn activate_work(entry: &Entry) {
     {
         let (work, label) = Item::of(&entry.task).parts();
         let pwq = &entry.meta.pwq;
-        let _locked = LockedEvent::enter();
-        tracing::trace!(
-            name: "workqueue_activate_work",
-            target: "podq::workqueue",
-            work,
-            label = label.map(|l| &**l),
-            workqueue = pwq.wq.name.as_str(),
-            pool = pwq.pool.core.id,
-        );
+        locked_event(&pwq.wq, || {
+            tracing::trace!(
+                name: "workqueue_activate_work",
+                target: "podq::workqueue",
+                work,
+                label = label.map(|l| &**l),
+                workqueue = pwq.wq.name.as_str(),
+                pool = pwq.pool.core.id,
+            );
+        });
     }
     #[cfg(not(feature = "tracing"))]
     let _ = entry;

@@ -197,14 +197,16 @@ static INNER_RUNS: AtomicUsize = AtomicUsize::new(0);
 
 /// The subscriber's part in `a_subscriber_may_queue_work_from_inside_an_event`.
 fn reenter(name: &str, fields: &BTreeMap<&'static str, String>) {
-    let Some(wq) = REENTERED.get() else {
-        return;
-    };
     let outer = fields.get("workqueue").is_some_and(|w| w == "reentered")
         && fields.get("label").is_some_and(|l| l == "outer");
+    let boom = fields.get("workqueue").is_some_and(|w| w == "panicky")
+        && fields.get("label").is_some_and(|l| l == "boom");
+    if boom && name == "workqueue_activate_work" {
+        panic!("subscriber boom");
+    }
     if outer && (name == "workqueue_queue_work" || name == "workqueue_activate_work") {
         // The activation event runs under the pwq's and the worklist's locks.
-        wq.execute(|| {
+        REENTERED.get().unwrap().execute(|| {
             INNER_RUNS.fetch_add(1, SeqCst);
         });
     }
@@ -261,4 +263,41 @@ fn reentered_run() {
         std::thread::yield_now();
     }
     wq.flush();
+}
+
+/// A subscriber that panics in the activation event, which runs under podq's locks:
+/// the item is activated and runs all the same, and the panic goes to the workqueue's
+/// panic hook.
+#[test]
+fn a_subscriber_panic_inside_an_event_is_reported_and_loses_nothing() {
+    collector();
+    let (hooked_tx, hooked) = mpsc::channel::<String>();
+    let hooked_tx = Mutex::new(hooked_tx);
+    let wq = Workqueue::builder("panicky")
+        .topology(Topology::synthetic("1s2c1t").unwrap())
+        .scope(Scope::Cpu)
+        .max_active(1)
+        .panic_hook(move |report| {
+            hooked_tx
+                .lock()
+                .unwrap()
+                .send(report.message.to_owned())
+                .unwrap();
+        })
+        .build()
+        .unwrap();
+    let (release, blocker) = common::blocker(&wq);
+    let (ran_tx, ran) = mpsc::channel::<()>();
+    let ran_tx = Mutex::new(ran_tx);
+    let _boom = wq.spawn_named("boom", move || ran_tx.lock().unwrap().send(()).unwrap());
+    release.send(()).unwrap();
+    blocker.join().unwrap();
+    // Bounded, so that an item lost to the unwinding fails the test.
+    ran.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the item whose activation event panicked runs");
+    wq.flush();
+    let message = hooked
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the subscriber's panic reaches the panic hook");
+    assert!(message.contains("subscriber boom"), "{message}");
 }

@@ -6,7 +6,8 @@
 //! and the podq call that emitted the event queues it once it has released its locks
 //! (at the end of `enqueue_any` and of an activation pass), in the order the calls were
 //! made. Until then the item is not in flight: a flush started meanwhile by another
-//! thread need not wait for it.
+//! thread need not wait for it. A subscriber's panic in those events is reported here
+//! too, to the workqueue's panic hook, once the locks are free.
 //!
 //! Legend: W thread-private.
 
@@ -42,12 +43,16 @@ pub(super) fn defer(wq: &Arc<WqShared>, task: Task, cpu: Option<usize>) {
     DEFERRED.with(|d| d.borrow_mut().push_back(call));
 }
 
-/// Queues the calls this thread deferred. Called where the caller holds no podq lock.
+/// Reports the subscriber panics this thread's locked events caught, then queues the
+/// calls it deferred. Called where the caller holds no podq lock.
 pub(super) fn run() {
-    if RUNNING.get() || DEFERRED.with(|d| d.borrow().is_empty()) {
+    if RUNNING.get() {
         return;
     }
     RUNNING.set(true);
+    for (wq, message) in crate::trace::take_subscriber_panics() {
+        wq.report_panic(&message);
+    }
     while let Some(call) = DEFERRED.with(|d| d.borrow_mut().pop_front()) {
         // Accepted when it was made, so only a workqueue torn down since refuses it
         // (as a fired timer's item).
