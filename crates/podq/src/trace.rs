@@ -28,9 +28,9 @@
 //! pool lock. A queue call the subscriber makes there would wait for a lock its own
 //! thread holds, so it is deferred instead (`workqueue/reentry.rs`): checked at once,
 //! queued when the podq call that emitted the event has released its locks. A panic
-//! of the subscriber there is caught, so that the queueing or activation completes,
-//! and reported to the workqueue's panic hook once the locks are released, as an
-//! item's panic is.
+//! of the subscriber in any event is caught, so that the queueing, the activation or
+//! the item goes on, and reported to the workqueue's panic hook (for the two events
+//! under locks, once they are released), as an item's panic is.
 
 #[cfg(feature = "tracing")]
 use std::cell::{Cell, RefCell};
@@ -175,15 +175,17 @@ pub(crate) fn execute_start(item: Item<'_>, meta: &EntryMeta, pool: &PoolCore) -
     #[cfg(feature = "tracing")]
     {
         let (work, label) = item.parts();
-        tracing::trace!(
-            name: "workqueue_execute_start",
-            target: "podq::workqueue",
-            work,
-            label = label.map(|l| &**l),
-            workqueue = meta.pwq.wq.name.as_str(),
-            pool = pool.id,
-            cpu = pool.worker_cpu(),
-        );
+        worker_event(meta, || {
+            tracing::trace!(
+                name: "workqueue_execute_start",
+                target: "podq::workqueue",
+                work,
+                label = label.map(|l| &**l),
+                workqueue = meta.pwq.wq.name.as_str(),
+                pool = pool.id,
+                cpu = pool.worker_cpu(),
+            );
+        });
         Executing {
             work,
             label: label.cloned(),
@@ -196,16 +198,30 @@ pub(crate) fn execute_start(item: Item<'_>, meta: &EntryMeta, pool: &PoolCore) -
     }
 }
 
-/// `workqueue_execute_end`: the item `started` names returned.
+/// `workqueue_execute_end`: the item `started` names (queued as `meta`) returned.
 #[inline(always)]
-pub(crate) fn execute_end(started: Executing) {
+pub(crate) fn execute_end(started: Executing, meta: &EntryMeta) {
     #[cfg(feature = "tracing")]
-    tracing::trace!(
-        name: "workqueue_execute_end",
-        target: "podq::workqueue",
-        work = started.work,
-        label = started.label.as_deref(),
-    );
+    worker_event(meta, || {
+        tracing::trace!(
+            name: "workqueue_execute_end",
+            target: "podq::workqueue",
+            work = started.work,
+            label = started.label.as_deref(),
+        );
+    });
     #[cfg(not(feature = "tracing"))]
-    let _ = started;
+    let _ = (started, meta);
+}
+
+/// Emits an event on a worker around an item (no podq lock held): a subscriber's
+/// panic is caught, so that the worker carries on with the item, and reported to the
+/// item's workqueue's panic hook at once.
+#[cfg(feature = "tracing")]
+fn worker_event(meta: &EntryMeta, emit: impl FnOnce()) {
+    if let Err(payload) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(emit)) {
+        meta.pwq
+            .wq
+            .report_panic(&crate::work::panic_message(&*payload));
+    }
 }

@@ -201,8 +201,8 @@ fn reenter(name: &str, fields: &BTreeMap<&'static str, String>) {
         && fields.get("label").is_some_and(|l| l == "outer");
     let boom = fields.get("workqueue").is_some_and(|w| w == "panicky")
         && fields.get("label").is_some_and(|l| l == "boom");
-    if boom && name == "workqueue_activate_work" {
-        panic!("subscriber boom");
+    if boom {
+        panic!("subscriber boom in {name}");
     }
     if outer && (name == "workqueue_queue_work" || name == "workqueue_activate_work") {
         // The activation event runs under the pwq's and the worklist's locks.
@@ -265,9 +265,10 @@ fn reentered_run() {
     wq.flush();
 }
 
-/// A subscriber that panics in the activation event, which runs under podq's locks:
-/// the item is activated and runs all the same, and the panic goes to the workqueue's
-/// panic hook.
+/// A subscriber that panics in every event of an item that names its workqueue (the
+/// queue and activation events run under podq's locks, the start event on the worker
+/// before the item): the item is activated and runs all the same, and each panic goes
+/// to the workqueue's panic hook.
 #[test]
 fn a_subscriber_panic_inside_an_event_is_reported_and_loses_nothing() {
     collector();
@@ -296,8 +297,23 @@ fn a_subscriber_panic_inside_an_event_is_reported_and_loses_nothing() {
     ran.recv_timeout(std::time::Duration::from_secs(60))
         .expect("the item whose activation event panicked runs");
     wq.flush();
-    let message = hooked
-        .recv_timeout(std::time::Duration::from_secs(60))
-        .expect("the subscriber's panic reaches the panic hook");
-    assert!(message.contains("subscriber boom"), "{message}");
+    // Three events name the workqueue (`workqueue_execute_end` names only the item).
+    let mut messages: Vec<String> = (0..3)
+        .map(|_| {
+            hooked
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .expect("each of the subscriber's panics reaches the panic hook")
+        })
+        .collect();
+    messages.sort();
+    let events = [
+        "workqueue_activate_work",
+        "workqueue_execute_start",
+        "workqueue_queue_work",
+    ];
+    let expected: Vec<String> = events
+        .iter()
+        .map(|e| format!("subscriber boom in {e}"))
+        .collect();
+    assert_eq!(messages, expected);
 }

@@ -257,7 +257,7 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
         Task::Once(task) => {
             let traced = trace::execute_start(trace::Item::Once(&task), &meta, pool);
             execute(pool, mine, &meta, 0, || task.run());
-            trace::execute_end(traced);
+            trace::execute_end(traced, &meta);
             return context::complete(meta);
         }
         Task::Work { work, seq } => (work, seq),
@@ -292,7 +292,7 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
     loop {
         let traced = trace::execute_start(trace::Item::Work(&work), &meta, pool);
         execute(pool, mine, &meta, addr, || work.run());
-        trace::execute_end(traced);
+        trace::execute_end(traced, &meta);
         context::complete(meta);
         loop {
             let Some(next) = work.state.finish() else {
