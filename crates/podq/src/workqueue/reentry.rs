@@ -44,12 +44,21 @@ pub(super) fn defer(wq: &Arc<WqShared>, task: Task, cpu: Option<usize>) {
 }
 
 /// Reports the subscriber panics this thread's locked events caught, then queues the
-/// calls it deferred. Called where the caller holds no podq lock.
+/// calls it deferred. Called with no lock of the queue or activation path held (an
+/// attribute change may hold its workqueue's `config`, under which it activates).
 pub(super) fn run() {
     if RUNNING.get() {
         return;
     }
+    /// Clears `RUNNING` however the loop ends (a panic hook may panic).
+    struct Running;
+    impl Drop for Running {
+        fn drop(&mut self) {
+            RUNNING.set(false);
+        }
+    }
     RUNNING.set(true);
+    let _running = Running;
     for (wq, message) in crate::trace::take_subscriber_panics() {
         wq.report_panic(&message);
     }
@@ -60,5 +69,4 @@ pub(super) fn run() {
             call.wq.cancel_refused(task);
         }
     }
-    RUNNING.set(false);
 }
