@@ -71,7 +71,7 @@ use crate::sync::{
 };
 use std::sync::Arc;
 
-use crate::entry::{Entry, EntryMeta, Task};
+use crate::entry::{Entry, EntryMeta, Task, Waiting};
 use crate::error::SpawnError;
 use crate::fault::ErrorHook;
 use crate::sync::lock;
@@ -80,7 +80,7 @@ use crate::{Attrs, Error, PanicHook};
 use flush::{Colour, FlushDomain, InFlight};
 use node::NodeActive;
 
-/// Inactive-list capacity a pwq keeps once its list empties (48 KiB of entries); a
+/// Inactive-list capacity a pwq keeps once its list empties (32 KiB of entries); a
 /// flood's larger list is freed.
 const KEPT_INACTIVE: usize = 1024;
 
@@ -277,7 +277,7 @@ impl std::ops::Deref for PwqRef {
 /// Everything a pwq's lock guards (all P).
 struct PwqState {
     /// Items waiting for an active slot, FIFO.
-    inactive: VecDeque<Entry>,
+    inactive: VecDeque<Waiting>,
     /// Where the pwq stands towards activation.
     hold: Hold,
     /// The workqueue is frozen: nothing activates until it thaws (`freeze.rs`); on
@@ -730,7 +730,7 @@ impl WqShared {
                 Admission::Wait => {
                     self.counters.max_active_waits.inc();
                     pool.stats.items.max_active_waits.inc();
-                    st.inactive.push_back(entry);
+                    st.inactive.push_back(entry.into_waiting());
                     join_pending = admit.join_pending;
                     if join_pending {
                         pwq.enter_pending(&mut st);
@@ -787,7 +787,10 @@ impl WqShared {
                     if !requeue {
                         st.hold = Hold::Open;
                     }
-                    pwq.pool.core.push_many(st.inactive.drain(..count));
+                    let entries = st.inactive.drain(..count);
+                    pwq.pool
+                        .core
+                        .push_many(entries.map(|w| w.activate(PwqRef::counted(&pwq))));
                     if st.inactive.is_empty() && st.inactive.capacity() > KEPT_INACTIVE {
                         // A flood is over: give its list's memory back.
                         st.inactive.shrink_to(KEPT_INACTIVE);
