@@ -293,10 +293,11 @@ pub struct PoolCounts {
     /// Items its workers finished.
     pub finished: u64,
     /// Of the finished items, those whose run time was measured: every one in the
-    /// simulator; in the runtime a sample (one item in 16 per queueing thread), so a
-    /// window's busy time is scaled up from it.
+    /// simulator; in the runtime the items a weighted sample stands for (each measured
+    /// item counted with its weight, `podq::Latency`), so a window's busy time is
+    /// scaled from it to the finished items.
     pub measured: u64,
-    /// The run time of the measured items.
+    /// The run time of the measured items (in the runtime, each times its weight).
     pub measured_run_ns: u64,
     /// Pool-lock acquisitions (enqueue and dequeue).
     pub lock_acquisitions: u64,

@@ -14,7 +14,7 @@
 //! build without it refuses `auto` with [`Error::AutoNeedsStats`] wherever a scope is
 //! set): per pool of the scope in force, items queued and started, backlog (queued
 //! minus started), busy time (the run time of finished items, estimated from the
-//! run-time histogram's sample of them), and pool-lock
+//! run-time histogram's weighted sample of them), and pool-lock
 //! acquisitions, contended acquisitions and wait, enqueue and dequeue together; per
 //! workqueue, items finished and where items ran. Pools are shared by workqueues with equal pool attributes, so
 //! a pool's numbers include other workqueues' items. A pool first seen in a window (a
@@ -110,7 +110,8 @@ struct Tally {
 
 impl Tally {
     fn of(p: &PoolStats) -> Tally {
-        // The run-time histogram holds the sampled items (`stats::Latency`).
+        // The run-time histogram holds a weighted sample of the items: its count and
+        // mean are those of the items it stands for (`stats::Latency`).
         let run = &p.run_time_ns;
         Tally {
             counts: PoolCounts {

@@ -32,10 +32,10 @@ pub(crate) struct Entry {
 pub(crate) struct EntryMeta {
     pub(crate) pwq: PwqRef,
     /// One word, so that the statistics add nothing to an entry: bit 0 the flush colour
-    /// (`workqueue/flush.rs`); bits 1–23 the CPU of the queueing thread in the
-    /// workqueue's topology ([`CPU_UNKNOWN`] if it does not fit); bits 24–63, with
-    /// `stats`, when it was queued if it is one of the items whose latency is measured
-    /// (`stats/sample.rs`; 0: not measured).
+    /// (`workqueue/flush.rs`); bits 1–20 the CPU of the queueing thread in the
+    /// workqueue's topology ([`CPU_UNKNOWN`] if it does not fit); with `stats`, if it
+    /// is one of the items whose latency is measured (`stats/sample.rs`), bits 21–23
+    /// the exponent of its weight and bits 24–63 when it was queued (0: not measured).
     word: u64,
 }
 
@@ -88,13 +88,16 @@ fn unpack_cpu(word: u64) -> usize {
     }
 }
 
-/// Bits of the queueing CPU in [`EntryMeta`]'s word.
-const CPU_BITS: u32 = 23;
+/// Bits of the queueing CPU in [`EntryMeta`]'s word (a million CPUs).
+const CPU_BITS: u32 = 20;
 /// The queueing CPU when it does not fit in [`CPU_BITS`] (or is unknown).
 const CPU_UNKNOWN: u64 = (1 << CPU_BITS) - 1;
+/// Where a measured item's weight exponent starts in [`EntryMeta`]'s word.
+#[cfg(feature = "stats")]
+const WEIGHT_SHIFT: u32 = 1 + CPU_BITS;
 /// Where the stamp starts in [`EntryMeta`]'s word.
 #[cfg(feature = "stats")]
-const STAMP_SHIFT: u32 = 1 + CPU_BITS;
+const STAMP_SHIFT: u32 = WEIGHT_SHIFT + crate::stats::WEIGHT_BITS;
 #[cfg(feature = "stats")]
 const _: () = assert!(STAMP_SHIFT + crate::stats::Stamp::BITS == 64);
 
@@ -105,8 +108,9 @@ impl EntryMeta {
         #[allow(unused_mut)]
         let mut word = pack(colour, queued_cpu);
         #[cfg(feature = "stats")]
-        if let Some(stamp) = crate::stats::sample_stamp() {
-            word |= stamp.to_bits() << STAMP_SHIFT;
+        if let Some(sample) = crate::stats::sample_stamp() {
+            word |= u64::from(sample.weight_log2) << WEIGHT_SHIFT;
+            word |= sample.stamp.to_bits() << STAMP_SHIFT;
         }
         EntryMeta { pwq, word }
     }
@@ -124,11 +128,17 @@ impl EntryMeta {
         unpack_cpu(self.word)
     }
 
-    /// When it was queued, if it is an item whose latency is measured.
+    /// When it was queued and how many items it stands for, if it is an item whose
+    /// latency is measured.
     #[cfg(feature = "stats")]
     #[inline]
-    pub(crate) fn queued_at(&self) -> Option<crate::stats::Stamp> {
-        crate::stats::Stamp::from_bits(self.word >> STAMP_SHIFT)
+    pub(crate) fn measured(&self) -> Option<crate::stats::Sample> {
+        let stamp = crate::stats::Stamp::from_bits(self.word >> STAMP_SHIFT)?;
+        let mask = (1 << crate::stats::WEIGHT_BITS) - 1;
+        Some(crate::stats::Sample {
+            stamp,
+            weight_log2: ((self.word >> WEIGHT_SHIFT) & mask) as u32,
+        })
     }
 }
 

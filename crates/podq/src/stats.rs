@@ -34,5 +34,5 @@ mod snapshot;
 pub(crate) use counters::{ItemCounters, OwnedCounter, PoolCounters, Recorder, WorkerCounters};
 use histogram::Histogram;
 #[cfg(feature = "stats")]
-pub(crate) use sample::{elapsed_ns, sample_lock_wait, sample_stamp, Stamp};
+pub(crate) use sample::{elapsed_ns, sample_lock_wait, sample_stamp, Sample, Stamp, WEIGHT_BITS};
 pub use snapshot::{all, Latency, Locality, LockStats, PoolStats, Totals, WorkqueueStats};

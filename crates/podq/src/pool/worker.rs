@@ -345,10 +345,11 @@ fn execute(
     #[cfg(feature = "stats")]
     let start = {
         record.locality(policy::locality(&owner.topology, meta.queued_cpu(), cpu));
-        meta.queued_at().map(|queued| {
+        meta.measured().map(|sample| {
             let start = Instant::now();
-            record.queue_to_start(queued.ns_until(start));
-            start
+            let weight = 1 << sample.weight_log2;
+            record.queue_to_start(sample.stamp.ns_until(start), weight);
+            (start, weight)
         })
     };
     context::set_running(wq.id, work_addr);
@@ -356,8 +357,8 @@ fn execute(
     let panicked = f();
     drop(running);
     #[cfg(feature = "stats")]
-    if let Some(start) = start {
-        record.run_time(crate::stats::elapsed_ns(start));
+    if let Some((start, weight)) = start {
+        record.run_time(crate::stats::elapsed_ns(start), weight);
     }
     context::set_running(0, 0);
     record.completed();

@@ -123,19 +123,21 @@ impl Recorder<'_> {
         }
     }
 
+    /// A measured item's wait, standing for `weight` items (`stats/sample.rs`).
     #[inline]
-    pub(crate) fn queue_to_start(self, ns: u64) {
+    pub(crate) fn queue_to_start(self, ns: u64, weight: u64) {
         match self {
-            Recorder::Worker(w) => w.queue_to_start.record_owned(ns),
-            Recorder::Shared(p) => p.queue_to_start.record(ns),
+            Recorder::Worker(w) => w.queue_to_start.record_owned(ns, weight),
+            Recorder::Shared(p) => p.queue_to_start.record(ns, weight),
         }
     }
 
+    /// A measured item's run time, standing for `weight` items.
     #[inline]
-    pub(crate) fn run_time(self, ns: u64) {
+    pub(crate) fn run_time(self, ns: u64, weight: u64) {
         match self {
-            Recorder::Worker(w) => w.run_time.record_owned(ns),
-            Recorder::Shared(p) => p.run_time.record(ns),
+            Recorder::Worker(w) => w.run_time.record_owned(ns, weight),
+            Recorder::Shared(p) => p.run_time.record(ns, weight),
         }
     }
 }

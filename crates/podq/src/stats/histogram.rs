@@ -11,10 +11,16 @@ const SUB_BITS: u32 = 4;
 const SUB: usize = 1 << SUB_BITS;
 const BUCKETS: usize = (64 - SUB_BITS as usize + 1) * SUB;
 
-/// A lock-free log-linear histogram of nanosecond values.
+/// A lock-free log-linear histogram of nanosecond values, each recorded with a weight:
+/// the items it stands for (`stats/sample.rs`).
 pub(crate) struct Histogram {
+    /// Weights by bucket.
     buckets: Box<[AtomicU64]>,
+    /// The weights' sum.
     count: AtomicU64,
+    /// Values recorded, whatever their weight.
+    samples: AtomicU64,
+    /// Values times their weights.
     sum: AtomicU64,
     min: AtomicU64,
     max: AtomicU64,
@@ -25,6 +31,7 @@ impl Default for Histogram {
         Histogram {
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
             count: AtomicU64::new(0),
+            samples: AtomicU64::new(0),
             sum: AtomicU64::new(0),
             min: AtomicU64::new(u64::MAX),
             max: AtomicU64::new(0),
@@ -62,32 +69,35 @@ fn bucket_high(i: usize) -> u64 {
 }
 
 impl Histogram {
-    /// Records one value.
+    /// Records `v` standing for `weight` items.
     #[inline]
     #[cfg_attr(not(feature = "stats"), allow(dead_code))]
-    pub(crate) fn record(&self, v: u64) {
+    pub(crate) fn record(&self, v: u64, weight: u64) {
         #[cfg(feature = "stats")]
         {
-            self.buckets[bucket_of(v)].fetch_add(1, Relaxed);
-            self.count.fetch_add(1, Relaxed);
-            self.sum.fetch_add(v, Relaxed);
+            self.buckets[bucket_of(v)].fetch_add(weight, Relaxed);
+            self.count.fetch_add(weight, Relaxed);
+            self.samples.fetch_add(1, Relaxed);
+            self.sum.fetch_add(v.saturating_mul(weight), Relaxed);
             self.min.fetch_min(v, Relaxed);
             self.max.fetch_max(v, Relaxed);
         }
         #[cfg(not(feature = "stats"))]
-        let _ = v;
+        let _ = (v, weight);
     }
 
-    /// Records one value; only the histogram's one writer may call this (AW).
+    /// Records `v` standing for `weight` items; only the histogram's one writer may
+    /// call this (AW).
     #[inline]
     #[cfg_attr(not(feature = "stats"), allow(dead_code))]
-    pub(crate) fn record_owned(&self, v: u64) {
+    pub(crate) fn record_owned(&self, v: u64, weight: u64) {
         #[cfg(feature = "stats")]
         {
             let bump = |a: &AtomicU64, n: u64| a.store(a.load(Relaxed).wrapping_add(n), Relaxed);
-            bump(&self.buckets[bucket_of(v)], 1);
-            bump(&self.count, 1);
-            bump(&self.sum, v);
+            bump(&self.buckets[bucket_of(v)], weight);
+            bump(&self.count, weight);
+            bump(&self.samples, 1);
+            bump(&self.sum, v.saturating_mul(weight));
             if v < self.min.load(Relaxed) {
                 self.min.store(v, Relaxed);
             }
@@ -96,7 +106,7 @@ impl Histogram {
             }
         }
         #[cfg(not(feature = "stats"))]
-        let _ = v;
+        let _ = (v, weight);
     }
 
     /// Adds `other`'s values to this histogram.
@@ -108,6 +118,7 @@ impl Histogram {
             }
         }
         self.count.fetch_add(other.count.load(Relaxed), Relaxed);
+        self.samples.fetch_add(other.samples.load(Relaxed), Relaxed);
         self.sum.fetch_add(other.sum.load(Relaxed), Relaxed);
         self.min.fetch_min(other.min.load(Relaxed), Relaxed);
         self.max.fetch_max(other.max.load(Relaxed), Relaxed);
@@ -123,12 +134,14 @@ impl Histogram {
         parts: impl Iterator<Item = &'a Histogram> + Clone,
     ) -> Latency {
         let mut counts = vec![0u64; BUCKETS];
-        let (mut recorded, mut sum, mut min, mut max) = (0u64, 0u64, u64::MAX, 0u64);
+        let (mut recorded, mut samples, mut sum, mut min, mut max) =
+            (0u64, 0u64, 0u64, u64::MAX, 0u64);
         for h in parts {
             for (c, b) in counts.iter_mut().zip(h.buckets.iter()) {
                 *c += b.load(Relaxed);
             }
             recorded += h.count.load(Relaxed);
+            samples += h.samples.load(Relaxed);
             sum = sum.wrapping_add(h.sum.load(Relaxed));
             min = min.min(h.min.load(Relaxed));
             max = max.max(h.max.load(Relaxed));
@@ -163,6 +176,7 @@ impl Histogram {
         };
         Latency {
             count,
+            samples,
             min,
             mean,
             stdev: var.sqrt(),
@@ -203,10 +217,11 @@ mod tests {
     fn histogram_quantiles() {
         let h = Histogram::default();
         for v in 1..=1000u64 {
-            h.record(v * 1000);
+            h.record(v * 1000, 1);
         }
         let l = h.snapshot();
         assert_eq!(l.count, 1000);
+        assert_eq!(l.samples, 1000);
         assert_eq!(l.min, 1000);
         assert_eq!(l.max, 1_000_000);
         assert!((l.mean - 500_500.0).abs() < 1.0);
@@ -216,5 +231,30 @@ mod tests {
         }
         assert!(l.stdev > 280_000.0 && l.stdev < 300_000.0, "{}", l.stdev);
         assert_eq!(Histogram::default().snapshot(), Latency::default());
+    }
+
+    /// A weighted value counts as that many: 10 values of 1 µs standing for 9 items
+    /// each against 10 of 1 ms standing for 1 make the median 1 µs and the p99 1 ms.
+    #[cfg(feature = "stats")]
+    #[test]
+    fn weights_count_as_items() {
+        let h = Histogram::default();
+        let owned = Histogram::default();
+        for _ in 0..10 {
+            h.record(1_000, 9);
+            h.record(1_000_000, 1);
+            owned.record_owned(1_000, 9);
+            owned.record_owned(1_000_000, 1);
+        }
+        for l in [h.snapshot(), owned.snapshot()] {
+            assert_eq!((l.count, l.samples), (100, 20));
+            assert!(l.p50.abs_diff(1_000) <= 1_000 / 16, "{}", l.p50);
+            assert!(l.p99.abs_diff(1_000_000) <= 1_000_000 / 16, "{}", l.p99);
+            assert!((l.mean - 100_900.0).abs() < 1.0, "{}", l.mean);
+        }
+        let merged = Histogram::default();
+        merged.absorb(&h);
+        merged.absorb(&owned);
+        assert_eq!(merged.snapshot().samples, 40);
     }
 }
