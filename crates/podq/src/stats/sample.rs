@@ -70,9 +70,9 @@ impl Stamp {
 /// two histogram records, about as much as queueing and running a tiny item, so a
 /// fixed rate costs a flood dearly and a slow stream gets few samples. The period is a
 /// power of two from 1 (every item, for a thread that queues at most once per 16 µs)
-/// to [`MAX_PERIOD`] (a flood): it doubles when two measured items came less than half
-/// the gap apart, halves when they came more than twice the gap apart. The first item
-/// a thread queues is always measured.
+/// to 128 (a flood, [`MAX_PERIOD_LOG2`]): it doubles when two measured items came less
+/// than half the gap apart, halves when they came more than twice the gap apart. The
+/// first item a thread queues is always measured.
 ///
 /// A measured item stands for the items its thread queued since its previous measured
 /// one, itself included: its *weight*, the period that led to it. The histograms count
@@ -81,10 +81,9 @@ impl Stamp {
 /// estimates the items they stand for, and their `samples` is the sample's size. A
 /// percentile's rank error from sampling is then about `sqrt(p (1 - p) / samples)`:
 /// ±0.1 points for p99 after 10 000 samples, which a flood of one thread (one sample
-/// per 128 items) collects in 128 ms and a stream of one item per 100 µs in
-/// a second. Latency that varies with an
-/// item's position in a period biases them (the weight assumes the items between two
-/// samples are like the sample).
+/// per 128 items) collects in 128 ms and a stream of one item per 100 µs in a second.
+/// Latency that varies with an item's position in a period biases them (the weight
+/// assumes the items between two samples are like the sample).
 #[cfg(feature = "stats")]
 pub(crate) const SAMPLE_GAP_NS: u64 = 32_000;
 
@@ -179,8 +178,8 @@ impl Sampler {
 
 /// A contended pool-lock acquisition's wait is timed on one in [`LOCK_WAIT_EVERY`] per
 /// thread (each thread's first always), for the same reason as item latency
-/// ([`SAMPLE_GAP_NS`]): two clock reads cost more than a short wait, and a contended flood has hundreds of
-/// thousands of them a second. Every contended acquisition is counted; the wait
+/// ([`SAMPLE_GAP_NS`]): two clock reads cost more than a short wait, and a contended
+/// flood has hundreds of thousands of them a second. Every contended acquisition is counted; the wait
 /// reported is the timed ones' mean wait times that count (`LockCounters`).
 #[cfg(feature = "stats")]
 pub(crate) const LOCK_WAIT_EVERY: u32 = 8;
