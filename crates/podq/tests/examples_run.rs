@@ -1,20 +1,12 @@
 //! Runs the example programs briefly: each must finish its own check. (`cargo test`
-//! builds the examples next to the test binaries.)
+//! builds the examples next to the test binaries; `common::example` refuses a stale
+//! one.)
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
 
-fn example(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let path = dir.join("examples").join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build -p podq --example {name}`",
-        path.display()
-    );
-    path
-}
+mod common;
+
+use common::example;
 
 fn run(name: &str, args: &[&str]) -> String {
     let out = Command::new(example(name)).args(args).output().unwrap();

@@ -3,22 +3,17 @@
 //! (`cargo test` builds the examples next to the test binaries.)
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use podq::control::{Client, Request};
 
+mod common;
+
+/// The `nfs_chain` example (`common::example` refuses a missing or stale one).
 fn example() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let path = dir.join("examples").join("nfs_chain");
-    assert!(
-        path.exists(),
-        "{} is missing: build it with `cargo build -p podq --example nfs_chain`",
-        path.display()
-    );
-    path
+    common::example("nfs_chain")
 }
 
 #[test]

@@ -2,9 +2,10 @@
 //! test binary uses a part of them, so unused ones are not an error here.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use podq::{CpuSet, DelayedWork, Scope, Work, Workqueue};
 
@@ -165,4 +166,59 @@ pub fn blocker(wq: &Workqueue) -> (mpsc::Sender<()>, podq::JoinHandle<()>) {
     });
     started.recv().unwrap();
     (release, handle)
+}
+
+/// The example program `name`, built next to the test binaries. `cargo test` builds
+/// the examples; a test binary run alone (`cargo test --test NAME`) does not, so the
+/// binary there may be missing or older than the code: both are refused, naming the
+/// newer source, so that no test checks a stale example.
+pub fn example(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("examples").join(name);
+    let rebuild = format!(
+        "build it with `cargo build -p podq --example {name}` (`cargo test` builds every example)"
+    );
+    let Some(built) = modified(&path) else {
+        panic!("{} is missing: {rebuild}", path.display());
+    };
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let sources = [
+        "podq/src",
+        "podq/examples",
+        "podq-policy/src",
+        "podq-topology/src",
+    ];
+    let mut stale = sources
+        .iter()
+        .flat_map(|dir| files_under(&crates.join(dir)));
+    if let Some(newer) = stale.find(|file| modified(file).is_some_and(|at| at > built)) {
+        panic!(
+            "{} is older than {}: {rebuild}",
+            path.display(),
+            newer.display()
+        );
+    }
+    path
+}
+
+fn modified(path: &Path) -> Option<SystemTime> {
+    std::fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+/// The files under `dir`, at any depth.
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                files.push(path);
+            }
+        }
+    }
+    files
 }
