@@ -442,8 +442,9 @@ impl Workqueue {
     }
 
     /// Queues `f` to run once, with no handle: fire-and-forget, as `rayon::spawn`. It
-    /// costs one allocation and, beyond the queue call, no locked instruction (a
-    /// spawned item's handle costs one to drop). A panic in `f` goes to the panic hook,
+    /// costs one allocation, the closure's (none for a closure that captures
+    /// nothing), and beyond the queue call no locked instruction (a spawned item's
+    /// handle costs one to drop). A panic in `f` goes to the panic hook,
     /// as for a spawned item whose handle was dropped. Panics if the workqueue is
     /// draining and the caller is not one of its items (see [`Workqueue::try_execute`]).
     ///

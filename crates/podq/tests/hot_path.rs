@@ -1,5 +1,6 @@
-//! Queueing a re-queued `Work` allocates nothing, and a `spawn` allocates once (the
-//! closure and its join state in one block), counted on every thread, workers
+//! Queueing a re-queued `Work` allocates nothing, a `spawn` allocates once (the
+//! closure and its join state in one block) and an `execute` once (its closure; none
+//! for a closure that captures nothing), counted on every thread, workers
 //! included (once the pools, the table's reader slot and the queues' capacities are
 //! warm). Syscalls and futex wakes are measured by the benchmarks, not here.
 
@@ -158,6 +159,40 @@ fn spawn_allocates_once_per_item_on_all_threads() {
         // The counter does count: each spawn is one block.
         assert!(allocs >= N as usize, "{allocs} allocations for {N} spawns");
     }
+}
+
+/// An executed item's block is its closure alone, so one that captures nothing takes
+/// no allocation at all.
+#[test]
+fn execute_of_a_capture_free_closure_allocates_nothing() {
+    static RUNS: AtomicUsize = AtomicUsize::new(0);
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let wq = Workqueue::builder("execute-zero-allocs").build().unwrap();
+    let flood = |n: usize| {
+        for _ in 0..n {
+            wq.execute(|| {
+                RUNS.fetch_add(1, SeqCst);
+            });
+        }
+        wq.flush();
+    };
+    const N: usize = 2000;
+    // Warm: workers, worklist and inactive-list capacities for N items at once.
+    for _ in 0..3 {
+        flood(N);
+    }
+    ALLOCS.store(0, SeqCst);
+    COUNT_ALL.store(true, SeqCst);
+    flood(N);
+    COUNT_ALL.store(false, SeqCst);
+    assert_eq!(RUNS.load(SeqCst), 4 * N);
+    let allocs = ALLOCS.load(SeqCst);
+    // A few one-off blocks a loaded machine may cause; one per item would add N.
+    const ONE_OFFS: usize = 16;
+    assert!(
+        allocs <= ONE_OFFS,
+        "{allocs} allocations for {N} executed items"
+    );
 }
 
 #[test]
