@@ -118,6 +118,11 @@ fn requeueing_work_does_not_allocate() {
     }
 }
 
+/// Every thread is counted, so one-off growth that a loaded machine can cause (a worker
+/// started because another was preempted: its name, handle and thread-locals; a
+/// worklist segment) may add a few blocks to a flood's count.
+const ONE_OFFS: usize = 16;
+
 #[test]
 fn spawn_allocates_once_per_item_on_all_threads() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
@@ -147,11 +152,7 @@ fn spawn_allocates_once_per_item_on_all_threads() {
         COUNT_ALL.store(false, SeqCst);
         assert_eq!(sum, N * (N - 1));
         let allocs = ALLOCS.load(SeqCst);
-        // Every thread is counted, so one-off growth that a loaded machine can cause
-        // (a worker started because another was preempted: its name, handle and
-        // thread-locals; a worklist segment) may add a few blocks. One more block per
-        // item would add N.
-        const ONE_OFFS: usize = 16;
+        // One more block per item would add N.
         assert!(
             allocs <= N as usize + ONE_OFFS,
             "{allocs} allocations for {N} spawns ({scope})"
@@ -161,70 +162,67 @@ fn spawn_allocates_once_per_item_on_all_threads() {
     }
 }
 
+/// Items queued with `execute` in each counted flood.
+const EXECUTES: usize = 2000;
+
+/// Allocations on every thread while [`EXECUTES`] items are queued with `execute_one`
+/// and run, after three such floods warmed the workers and the worklist and
+/// inactive-list capacities; `runs` must have seen every item.
+fn allocations_of_executes(
+    name: &str,
+    runs: &AtomicUsize,
+    execute_one: impl Fn(&Workqueue),
+) -> usize {
+    let wq = Workqueue::builder(name).build().unwrap();
+    let flood = || {
+        for _ in 0..EXECUTES {
+            execute_one(&wq);
+        }
+        wq.flush();
+    };
+    for _ in 0..3 {
+        flood();
+    }
+    ALLOCS.store(0, SeqCst);
+    COUNT_ALL.store(true, SeqCst);
+    flood();
+    COUNT_ALL.store(false, SeqCst);
+    assert_eq!(runs.load(SeqCst), 4 * EXECUTES);
+    ALLOCS.load(SeqCst)
+}
+
 /// An executed item's block is its closure alone, so one that captures nothing takes
 /// no allocation at all.
 #[test]
 fn execute_of_a_capture_free_closure_allocates_nothing() {
     static RUNS: AtomicUsize = AtomicUsize::new(0);
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let wq = Workqueue::builder("execute-zero-allocs").build().unwrap();
-    let flood = |n: usize| {
-        for _ in 0..n {
-            wq.execute(|| {
-                RUNS.fetch_add(1, SeqCst);
-            });
-        }
-        wq.flush();
-    };
-    const N: usize = 2000;
-    // Warm: workers, worklist and inactive-list capacities for N items at once.
-    for _ in 0..3 {
-        flood(N);
-    }
-    ALLOCS.store(0, SeqCst);
-    COUNT_ALL.store(true, SeqCst);
-    flood(N);
-    COUNT_ALL.store(false, SeqCst);
-    assert_eq!(RUNS.load(SeqCst), 4 * N);
-    let allocs = ALLOCS.load(SeqCst);
-    // A few one-off blocks a loaded machine may cause; one per item would add N.
-    const ONE_OFFS: usize = 16;
+    let allocs = allocations_of_executes("execute-zero-allocs", &RUNS, |wq| {
+        wq.execute(|| {
+            RUNS.fetch_add(1, SeqCst);
+        })
+    });
+    // One per item would add EXECUTES.
     assert!(
         allocs <= ONE_OFFS,
-        "{allocs} allocations for {N} executed items"
+        "{allocs} allocations for {EXECUTES} executed items"
     );
 }
 
 #[test]
 fn execute_allocates_once_per_item_on_all_threads() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let wq = Workqueue::builder("execute-allocs").build().unwrap();
     let runs = Arc::new(AtomicUsize::new(0));
-    let flood = |n: usize| {
-        for _ in 0..n {
-            let runs = runs.clone();
-            wq.execute(move || {
-                runs.fetch_add(1, SeqCst);
-            });
-        }
-        wq.flush();
-    };
-    const N: usize = 2000;
-    // Warm: workers, worklist and inactive-list capacities for N items at once.
-    for _ in 0..3 {
-        flood(N);
-    }
-    ALLOCS.store(0, SeqCst);
-    COUNT_ALL.store(true, SeqCst);
-    flood(N);
-    COUNT_ALL.store(false, SeqCst);
-    assert_eq!(runs.load(SeqCst), 4 * N);
-    let allocs = ALLOCS.load(SeqCst);
-    // As for spawn: a few one-off blocks a loaded machine may cause; one more block
-    // per item (the `Arc` clone captured here is not an allocation) would add N.
-    const ONE_OFFS: usize = 16;
+    let allocs = allocations_of_executes("execute-allocs", &runs, |wq| {
+        let runs = runs.clone();
+        wq.execute(move || {
+            runs.fetch_add(1, SeqCst);
+        });
+    });
+    // One block per item (the `Arc` clone captured here is not an allocation); one
+    // more per item would add EXECUTES.
     assert!(
-        (N..=N + ONE_OFFS).contains(&allocs),
-        "{allocs} allocations for {N} executed items"
+        (EXECUTES..=EXECUTES + ONE_OFFS).contains(&allocs),
+        "{allocs} allocations for {EXECUTES} executed items"
     );
 }
