@@ -67,6 +67,13 @@ pub enum Error {
         /// The workqueue.
         wq: String,
     },
+    /// An attribute change reached a workqueue whose last handle was dropped (through
+    /// the control plane, for a request made before the drop hid it).
+    #[error("workqueue `{wq}` is destroyed: its attributes no longer change")]
+    Destroyed {
+        /// The workqueue.
+        wq: String,
+    },
     /// An `auto` window shorter than 1 ms.
     #[error("invalid auto window {window:?}: must be at least 1 ms")]
     InvalidAutoWindow {

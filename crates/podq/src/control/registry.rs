@@ -1,7 +1,8 @@
 //! Which workqueues are visible: the opt-in of the kernel's `WQ_SYSFS`. A workqueue
-//! registers itself under its name; the registry keeps only a `Weak` reference, so
-//! being visible never keeps a workqueue alive, and one whose last handle is gone
-//! disappears from `list` on its own.
+//! registers itself under its name; the registry keeps only a `Weak` reference to its
+//! shared state, never a user handle, so being visible (or a request in progress)
+//! never keeps a workqueue alive; the drop of its last handle takes it off the
+//! registry before anything else.
 //!
 //! Field legend: L: guarded by the mutex that holds it.
 
@@ -23,7 +24,8 @@ pub(crate) trait ControlledQueue: Send + Sync {
     /// Whether it is frozen.
     fn frozen(&self) -> bool;
     /// Applies one attribute; a refusal is [`ControlError::Rejected`] with the reason.
-    fn apply(&self, value: AttrValue) -> Result<(), ControlError>;
+    /// (By `Arc`: an attribute change makes pwqs that hold the queue.)
+    fn apply(self: Arc<Self>, value: AttrValue) -> Result<(), ControlError>;
     /// The stats snapshot.
     fn stats(&self) -> WorkqueueStats;
     /// The state dump ([`crate::Workqueue::dump`]).
@@ -79,12 +81,16 @@ impl Registry {
         Ok(())
     }
 
-    /// Hides the queue registered as `name` (a no-op if there is none).
-    pub(crate) fn unregister(&self, name: &str) {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(name);
+    /// Hides `queue` if it is the one registered as `name` (a no-op otherwise: another
+    /// queue may hold the name since this one was hidden).
+    pub(crate) fn unregister(&self, name: &str, queue: *const ()) {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        if entries
+            .get(name)
+            .is_some_and(|q| std::ptr::eq(q.as_ptr().cast::<()>(), queue))
+        {
+            entries.remove(name);
+        }
     }
 
     /// The live queues, sorted by name.
@@ -97,7 +103,8 @@ impl Registry {
             .collect()
     }
 
-    fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, ControlError> {
+    /// The queue registered as `name`, for one request.
+    pub(crate) fn get(&self, name: &str) -> Result<Arc<dyn ControlledQueue>, ControlError> {
         self.entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -205,7 +212,7 @@ mod tests {
         fn frozen(&self) -> bool {
             false
         }
-        fn apply(&self, value: AttrValue) -> Result<(), ControlError> {
+        fn apply(self: Arc<Self>, value: AttrValue) -> Result<(), ControlError> {
             match value {
                 AttrValue::Nice(n) => self.attrs.lock().unwrap().nice = n,
                 other => {
@@ -300,7 +307,10 @@ mod tests {
         registry
             .register("b", Arc::downgrade(&b2) as Weak<dyn ControlledQueue>)
             .unwrap();
-        registry.unregister("a");
+        // Only the queue registered under the name is hidden by its own call.
+        registry.unregister("a", Arc::as_ptr(&b2).cast());
+        assert_eq!(names(&target), ["a", "b"]);
+        registry.unregister("a", Arc::as_ptr(&a).cast());
         assert_eq!(names(&target), ["b"]);
         let err = run(&target, r#"{"cmd":"stats","queue":"a"}"#);
         assert_eq!(err.error_text(), Some("unknown workqueue `a`"));
@@ -328,7 +338,7 @@ mod tests {
             .queues
             .unwrap();
         assert!(list.iter().any(|s| s.name == "registry_test_queue"));
-        Registry::global().unregister("registry_test_queue");
+        Registry::global().unregister("registry_test_queue", Arc::as_ptr(&q).cast());
     }
 
     #[test]

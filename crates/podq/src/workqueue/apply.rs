@@ -2,7 +2,7 @@
 //! the plan (prepare, then commit; see `workqueue/README.md`), and `max_active`
 //! changes, which only move the node limits.
 
-use crate::sync::Ordering::Relaxed;
+use crate::sync::Ordering::{Relaxed, SeqCst};
 use std::sync::{Arc, Weak};
 
 use super::registry::{default_scope, pools, NEXT_POOL_ID};
@@ -11,12 +11,12 @@ use crate::attrs::{self, PoolKey};
 use crate::auto::{self, AutoRun};
 use crate::policy;
 use crate::pool::Pool;
-use crate::sync::lock;
+use crate::sync::{lock, MutexGuard};
 use crate::{Attrs, Error, Scope};
 
 impl WqShared {
     pub(super) fn change(self: &Arc<Self>, edit: impl FnOnce(&mut Attrs)) -> Result<(), Error> {
-        let mut cfg = lock(&self.config);
+        let mut cfg = self.config_to_change()?;
         let mut attrs = cfg.attrs.clone();
         edit(&mut attrs);
         let released = self.apply(&mut cfg, attrs)?;
@@ -230,6 +230,22 @@ impl WqShared {
         self.activate(node);
     }
 
+    /// The `config` lock for an attribute change, refused once teardown marked the
+    /// workqueue destroyed: only the control plane can still reach it then (a request
+    /// that looked it up before the last handle's drop hid it), and a change would make
+    /// pools that nothing stops. Teardown marks it under this lock, so a change that
+    /// got the lock first is complete, and its retired pwqs are seen, before teardown
+    /// goes on.
+    pub(super) fn config_to_change(&self) -> Result<MutexGuard<'_, Config>, Error> {
+        let cfg = lock(&self.config);
+        if self.destroyed.load(SeqCst) {
+            return Err(Error::Destroyed {
+                wq: self.name.clone(),
+            });
+        }
+        Ok(cfg)
+    }
+
     /// [`Workqueue::set_max_active`](crate::Workqueue::set_max_active); also what the control plane calls.
     pub(super) fn set_max_active(&self, n: usize) -> Result<(), Error> {
         let wq = self;
@@ -242,7 +258,7 @@ impl WqShared {
         if !policy::valid_max_active(n) {
             return Err(Error::InvalidMaxActive { value: n });
         }
-        let mut cfg = lock(&wq.config);
+        let mut cfg = wq.config_to_change()?;
         cfg.attrs.max_active = n;
         cfg.attrs.min_active = cfg.attrs.min_active.min(n);
         let effective = wq.table.read().unbound.clone();

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use super::{lock, WqShared};
+use super::WqShared;
 use crate::policy;
 use crate::{Error, Workqueue};
 
@@ -44,7 +44,7 @@ impl WqShared {
                 what: "min_active",
             });
         }
-        let mut cfg = lock(&self.config);
+        let mut cfg = self.config_to_change()?;
         let max_active = cfg.attrs.max_active;
         if !policy::valid_min_active(n, max_active) {
             return Err(Error::InvalidMinActive {

@@ -16,6 +16,10 @@ use crate::sync::lock;
 impl Drop for WqHandle {
     fn drop(&mut self) {
         let wq = &self.shared;
+        // Off the control plane first, as the kernel's `destroy_workqueue` removes the
+        // sysfs device first.
+        #[cfg(feature = "control")]
+        wq.hide();
         // Frozen items would never run, and the drain would wait for them forever.
         wq.thaw();
         // Dropped inside one of its own items, the workqueue cannot wait for itself:
@@ -26,11 +30,13 @@ impl Drop for WqHandle {
             pool::blocking(|| wq.drain());
         }
         pool::stop_rescuer(wq.id);
-        let retired = std::mem::take(&mut lock(&wq.config).retired);
+        // Marked under `config`: an attribute change in progress (an `auto` switch, a
+        // control request) finishes before the table goes, with its retired pwqs in
+        // `retired`; later ones see `destroyed` (`config_to_change`).
+        let mut cfg = lock(&wq.config);
         wq.destroyed.store(true, SeqCst);
-        // An `auto` switch in progress finishes before the table goes; later ones see
-        // `destroyed`.
-        drop(lock(&wq.config));
+        let retired = std::mem::take(&mut cfg.retired);
+        drop(cfg);
         let cancelled = delayed::cancel_for(wq.id);
         wq.counters.cancelled.add(cancelled);
         let old = wq.table.replace(Arc::new(Table {
