@@ -18,6 +18,32 @@ use std::path::{Path, PathBuf};
 use anyhow::{anyhow, Context, Result};
 use podq_topology::CpuSet;
 
+/// Voluntary plus involuntary context switches of every thread of this process so
+/// far, ended ones included (`getrusage(RUSAGE_SELF)`).
+pub fn process_context_switches() -> Result<u64> {
+    context_switches_of(libc::RUSAGE_SELF)
+}
+
+/// Voluntary plus involuntary context switches of the calling thread so far
+/// (`getrusage(RUSAGE_THREAD)`).
+pub fn thread_context_switches() -> Result<u64> {
+    context_switches_of(libc::RUSAGE_THREAD)
+}
+
+fn context_switches_of(who: libc::c_int) -> Result<u64> {
+    // SAFETY: an all-zero rusage is a valid value to be overwritten.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: `usage` is a valid, writable rusage.
+    let rc = unsafe { libc::getrusage(who, &mut usage) };
+    if rc != 0 {
+        return Err(anyhow!(
+            "getrusage failed: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok((usage.ru_nvcsw + usage.ru_nivcsw) as u64)
+}
+
 /// Scheduler counters of one thread.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
 pub struct ThreadSched {

@@ -184,6 +184,13 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
             _ => "work",
         };
         assert_eq!(t["mode"], mode);
+        // The context switches of producers and workers, and the round's rate of them.
+        let switches = t["context_switches"].as_u64().unwrap() as f64;
+        let per_kitem = r["rounds"][0]["switches_per_kitem"].as_f64().unwrap();
+        assert!(
+            (per_kitem - switches * 1000.0 / runs as f64).abs() < 1e-9,
+            "{r}"
+        );
     }
     assert_eq!(report["settings"]["works"], 4);
 }

@@ -985,11 +985,26 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
                     share,
                 ]);
             }
-            row.push(format!("{:.3}s", r.seconds));
+            let switches = |v: f64| format!("{v:.1}");
+            row.extend([
+                t.map_or("-".to_owned(), |t| {
+                    switches(report::per_kitem(t.context_switches, r.items))
+                }),
+                spread(r, |x| x.switches_per_kitem.unwrap_or(0.0), switches),
+                format!("{:.3}s", r.seconds),
+            ]);
             row
         })
         .collect();
-    let one_shot = ["system", "scope", "runs/s", "rounds min … max", "wall"];
+    let one_shot = [
+        "system",
+        "scope",
+        "runs/s",
+        "rounds min … max",
+        "ctxsw/1k runs",
+        "rounds min … max",
+        "wall",
+    ];
     let (what, head): (String, &[&str]) = if test == "throughput_spawn" {
         (
             "one-shot tiny closures, handles dropped".to_owned(),
@@ -1018,12 +1033,14 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
                 "calls/s",
                 "rounds min … max",
                 "accepted",
+                "ctxsw/1k runs",
+                "rounds min … max",
                 "wall",
             ],
         )
     };
     format!(
-        "\n{test}: {} producer(s), open loop, {what}\n{}",
+        "\n{test}: {} producer(s), open loop, {what}; ctxsw: context switches of producers and workers\n{}",
         results.first().map_or(0, |r| r.producers),
         report::table(head, &rows, 2)
     )

@@ -864,6 +864,7 @@ mod tests {
             mb_per_sec: None,
             accepted_per_sec: None,
             calls_per_sec: None,
+            switches_per_kitem: None,
             bytes_per_item: None,
             idle_cpu_share: None,
         };

@@ -110,6 +110,15 @@ pub struct RunResult {
     pub histogram: Histogram<u64>,
 }
 
+/// `n` per 1000 items (0 when no item ran).
+pub fn per_kitem(n: u64, items: u64) -> f64 {
+    if items == 0 {
+        0.0
+    } else {
+        n as f64 * 1000.0 / items as f64
+    }
+}
+
 /// One round of one result.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Round {
@@ -134,6 +143,8 @@ pub struct Round {
     pub accepted_per_sec: Option<f64>,
     /// `throughput_*` only: the round's calls per second while submitting.
     pub calls_per_sec: Option<f64>,
+    /// `throughput_*` only: the round's context switches per 1000 items run.
+    pub switches_per_kitem: Option<f64>,
     /// `memory_*` only: the round's live bytes per queued item.
     pub bytes_per_item: Option<f64>,
     /// `idle` only: the round's CPU time of the idle pools' threads, share of one CPU.
@@ -792,6 +803,7 @@ mod tests {
             mb_per_sec: None,
             accepted_per_sec: None,
             calls_per_sec: None,
+            switches_per_kitem: None,
             bytes_per_item: None,
             idle_cpu_share: None,
         }

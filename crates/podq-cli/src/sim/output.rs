@@ -198,6 +198,7 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
         submit_seconds: seconds,
         calls_per_sec: rate(seg.hists.queue.len()),
         accepted_per_sec: rate(seg.hists.queue.len()),
+        context_switches: seg.counters.context_switches,
         pods: None,
     });
     RunResult {

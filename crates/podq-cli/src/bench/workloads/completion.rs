@@ -222,7 +222,7 @@ pub fn run(
             nfsiod: nfsiod.lock_counts(),
             auto: rpciod.auto(),
             cpu_times: read_cpu_times()?,
-            context_switches: context_switches()?,
+            context_switches: crate::procinfo::process_context_switches()?,
         })
     };
     let (segment_marks, histograms, ticks, accounting) = std::thread::scope(|s| -> Result<_> {
@@ -612,18 +612,6 @@ fn per_node_idle(map: &CpuMap, a: &[(usize, CpuTimes)], b: &[(usize, CpuTimes)])
             idle_share(sum(a), sum(b))
         })
         .collect()
-}
-
-/// Voluntary plus involuntary context switches of the whole process so far.
-fn context_switches() -> Result<u64> {
-    // SAFETY: an all-zero rusage is a valid value to be overwritten.
-    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: `usage` is a valid, writable rusage.
-    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut usage) };
-    if rc != 0 {
-        bail!("getrusage failed: {}", std::io::Error::last_os_error());
-    }
-    Ok((usage.ru_nvcsw + usage.ru_nivcsw) as u64)
 }
 
 #[cfg(test)]

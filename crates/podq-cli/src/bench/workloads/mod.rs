@@ -15,7 +15,7 @@ use anyhow::Result;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 
-use super::report::{new_histogram, CompletionDetail, LatencySummary, Round, RunResult};
+use super::report::{self, new_histogram, CompletionDetail, LatencySummary, Round, RunResult};
 use super::system::placement::CpuMap;
 use super::system::{PoolLockCounts, QueueConfig, System};
 
@@ -118,6 +118,10 @@ impl Sample {
             mb_per_sec: self.completion.as_ref().map(|c| c.mb_per_sec),
             accepted_per_sec: self.throughput.as_ref().map(|t| t.accepted_per_sec),
             calls_per_sec: self.throughput.as_ref().map(|t| t.calls_per_sec),
+            switches_per_kitem: self
+                .throughput
+                .as_ref()
+                .map(|t| report::per_kitem(t.context_switches, self.items)),
             bytes_per_item: self.memory.as_ref().map(|m| m.bytes_per_item),
             idle_cpu_share: self.idle.as_ref().map(idle::IdleDetail::cpu_share),
         }

@@ -128,6 +128,10 @@ pub struct ThroughputDetail {
     pub calls_per_sec: f64,
     /// `accepted / seconds`: accepted calls over the whole run.
     pub accepted_per_sec: f64,
+    /// Context switches of the process's threads from the start to the last run
+    /// (summed over rounds), the driver thread's own left out (it polls for the end):
+    /// how often producers and workers traded their CPUs.
+    pub context_switches: u64,
     /// `scale` only: the topology this result ran on and its `cpu`-scope pods.
     pub pods: Option<ScalePods>,
 }
@@ -148,6 +152,7 @@ impl ThroughputDetail {
         self.accepted += other.accepted;
         self.runs += other.runs;
         self.submit_seconds += other.submit_seconds;
+        self.context_switches += other.context_switches;
         self.calls_per_sec = rate(self.calls, self.submit_seconds);
         self.accepted_per_sec = rate(self.accepted, seconds + other_seconds);
     }
@@ -283,48 +288,60 @@ pub fn run(
     // that failed.
     let finished = AtomicUsize::new(0);
     let base = tally::total();
-    let (outcomes, seconds, submit_seconds, runs, locks_before) = std::thread::scope(|s| {
-        let handles: Vec<_> = cpus
-            .iter()
-            .map(|&pin| {
-                let (queue, warmed, go, stop, finished) = (&*queue, &warmed, &go, &stop, &finished);
-                s.spawn(move || {
-                    let outcome = producer(system, queue, pin, params, warmed, go, stop);
-                    finished.fetch_add(1, Relaxed);
-                    outcome
+    let (outcomes, seconds, submit_seconds, runs, locks_before, switches) =
+        std::thread::scope(|s| {
+            let handles: Vec<_> = cpus
+                .iter()
+                .map(|&pin| {
+                    let (queue, warmed, go, stop, finished) =
+                        (&*queue, &warmed, &go, &stop, &finished);
+                    s.spawn(move || {
+                        let outcome = producer(system, queue, pin, params, warmed, go, stop);
+                        finished.fetch_add(1, Relaxed);
+                        outcome
+                    })
                 })
-            })
-            .collect();
-        warmed.wait();
-        tally::wait_for(base + WARMUP_ITEMS * producers);
-        let before = tally::total();
-        let locks_before = queue.lock_counts();
-        go.wait();
-        let start = Instant::now();
-        if params.mode == Mode::Work {
-            let target = before + params.items * producers;
-            while tally::total() < target && finished.load(Relaxed) < cpus.len() {
-                std::thread::sleep(POLL);
+                .collect();
+            warmed.wait();
+            tally::wait_for(base + WARMUP_ITEMS * producers);
+            let before = tally::total();
+            let locks_before = queue.lock_counts();
+            let switches_before = Switches::now();
+            go.wait();
+            let start = Instant::now();
+            if params.mode == Mode::Work {
+                let target = before + params.items * producers;
+                while tally::total() < target && finished.load(Relaxed) < cpus.len() {
+                    std::thread::sleep(POLL);
+                }
+                stop.store(true, Relaxed);
             }
-            stop.store(true, Relaxed);
-        }
-        let outcomes: Vec<Result<Outcome>> = handles
-            .into_iter()
-            .map(|h| h.join().expect("producer threads do not panic"))
-            .collect();
-        let accepted: u64 = outcomes.iter().flatten().map(|o| o.accepted).sum();
-        let submit_seconds = outcomes
-            .iter()
-            .flatten()
-            .map(|o| o.elapsed.as_secs_f64())
-            .fold(0.0, f64::max);
-        if outcomes.iter().all(Result::is_ok) {
-            tally::wait_for(before + accepted);
-        }
-        let seconds = start.elapsed().as_secs_f64();
-        let runs = tally::total() - before;
-        (outcomes, seconds, submit_seconds, runs, locks_before)
-    });
+            let outcomes: Vec<Result<Outcome>> = handles
+                .into_iter()
+                .map(|h| h.join().expect("producer threads do not panic"))
+                .collect();
+            let accepted: u64 = outcomes.iter().flatten().map(|o| o.accepted).sum();
+            let submit_seconds = outcomes
+                .iter()
+                .flatten()
+                .map(|o| o.elapsed.as_secs_f64())
+                .fold(0.0, f64::max);
+            if outcomes.iter().all(Result::is_ok) {
+                tally::wait_for(before + accepted);
+            }
+            let seconds = start.elapsed().as_secs_f64();
+            let runs = tally::total() - before;
+            let switches = switches_before.and_then(|b| Switches::now().map(|a| a.since(b)));
+            (
+                outcomes,
+                seconds,
+                submit_seconds,
+                runs,
+                locks_before,
+                switches,
+            )
+        });
+    let context_switches = switches?;
     let mut calls = 0;
     let mut accepted = 0;
     for outcome in outcomes {
@@ -343,6 +360,7 @@ pub fn run(
         submit_seconds,
         calls_per_sec: rate(calls, submit_seconds),
         accepted_per_sec: rate(accepted, seconds),
+        context_switches,
         pods: None,
     });
     sample.pool_locks = queue
@@ -350,6 +368,28 @@ pub fn run(
         .zip(locks_before)
         .map(|(after, before)| after.since(&before));
     Ok(sample)
+}
+
+/// The process's and the driver thread's context switches at one moment.
+#[derive(Clone, Copy)]
+struct Switches {
+    process: u64,
+    driver: u64,
+}
+
+impl Switches {
+    fn now() -> Result<Switches> {
+        Ok(Switches {
+            process: crate::procinfo::process_context_switches()?,
+            driver: crate::procinfo::thread_context_switches()?,
+        })
+    }
+
+    /// The switches of every thread but the driver (the calling thread) since `earlier`.
+    fn since(self, earlier: Switches) -> u64 {
+        let process = self.process.saturating_sub(earlier.process);
+        process.saturating_sub(self.driver.saturating_sub(earlier.driver))
+    }
 }
 
 /// What one producer did in the measured phase.
@@ -476,4 +516,22 @@ fn producer(
         accepted,
         elapsed: start.elapsed(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Switches;
+
+    #[test]
+    fn the_drivers_own_switches_are_left_out() {
+        let before = Switches {
+            process: 100,
+            driver: 10,
+        };
+        let after = Switches {
+            process: 180,
+            driver: 25,
+        };
+        assert_eq!(after.since(before), 65);
+    }
 }
