@@ -102,13 +102,15 @@ impl Sim<'_> {
     pub fn lock_acquire(&mut self, tid: Tid, lock: usize, side: Side) -> bool {
         let cpu = self.threads[tid].cpu;
         self.threads[tid].held += 1;
-        self.locks[lock].counts[index(side)].acquisitions += 1;
         if self.locks[lock].holder.is_some() {
             self.locks[lock]
                 .waiters
                 .push_back((tid, cpu, self.now, side));
             return true;
         }
+        // Counted when the lock is had (here, or at the hand-off for a waiter), so that
+        // in any window a contended acquisition is one of the acquisitions.
+        self.locks[lock].counts[index(side)].acquisitions += 1;
         self.locks[lock].holder = Some(tid);
         let last = self.locks[lock].last_cpu.replace(cpu);
         match last {
@@ -139,6 +141,7 @@ impl Sim<'_> {
         l.holder = Some(next);
         l.last_cpu = Some(next_cpu);
         let c = &mut l.counts[index(side)];
+        c.acquisitions += 1;
         c.contended += 1;
         c.wait_ns += self.now + to_ns(handoff) - since;
         self.step_after(next, handoff);
@@ -177,6 +180,10 @@ mod tests {
             let tid = sim.spawn(Role::Producer(cpu), CpuSet::single(cpu), cpu, ops.clone());
             sim.wake(tid, cpu, cpu, None);
         }
+        // Counts taken while the second thread waits (as a measured window may start
+        // then): the acquisition it is waiting for is not counted yet, so the window
+        // after it sees one contended acquisition among one, not one among none.
+        let mut waiting = None;
         while let Some((at, event)) = sim.events.pop() {
             sim.now = at;
             match event {
@@ -184,10 +191,15 @@ mod tests {
                 Event::Arrive { tid, cpu } => sim.on_arrive(tid, cpu),
                 _ => unreachable!(),
             }
+            if waiting.is_none() && !sim.locks[lock].waiters.is_empty() {
+                waiting = Some(sim.locks[lock].counts[0]);
+            }
         }
         let c = sim.locks[lock].counts[0];
         assert_eq!(c.acquisitions, 2);
         assert_eq!(c.contended, 1);
+        let window = c.since(&waiting.expect("the second thread waited"));
+        assert_eq!((window.acquisitions, window.contended), (1, 1));
         // Hold 100 ns, then 2 x 48 ns + 20 ns hand-off between cores of one LLC.
         assert_eq!(c.wait_ns, 216);
         // Wake-up 2 us, context switch 1.1 us, 100 + 116 + 100 ns.
