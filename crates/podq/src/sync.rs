@@ -157,6 +157,18 @@ impl<T: ?Sized> Lockable for loom::sync::Mutex<T> {
     }
 }
 
+/// A mutex on a cache line of its own is locked as the mutex.
+impl<M: Lockable> Lockable for crossbeam_utils::CachePadded<M> {
+    type Guard<'a>
+        = M::Guard<'a>
+    where
+        M: 'a;
+
+    fn lock_ignoring_poison(&self) -> Self::Guard<'_> {
+        (**self).lock_ignoring_poison()
+    }
+}
+
 /// Waits on `cv`, ignoring poisoning (see [`lock`]).
 pub(crate) fn wait<'a, T>(cv: &Condvar, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
     match cv.wait(guard) {

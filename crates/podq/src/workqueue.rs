@@ -55,6 +55,8 @@ use std::ptr::NonNull;
 use std::sync::Weak;
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
+
 use crate::published::Published;
 use podq_topology::{CpuSet, Scope, Topology};
 
@@ -215,7 +217,11 @@ pub(crate) struct WqShared {
     freeze: freeze::Freeze,
 }
 
-/// A pool_workqueue: one workqueue's link to one pool.
+/// A pool_workqueue: one workqueue's link to one pool. What every queue call and
+/// completion reads (the `I` fields and `gate`) shares no cache line with what they
+/// write (`in_flight`) or with the pwq lock that a flood takes: a queue call would
+/// otherwise miss on the pwq's first line whenever another CPU had just counted an
+/// item in or out.
 pub(crate) struct Pwq {
     /// I: the workqueue.
     pub(crate) wq: Arc<WqShared>,
@@ -226,7 +232,7 @@ pub(crate) struct Pwq {
     /// A: items in flight (inactive, active, running) by flush colour, whether it is
     /// in the current table, and whether it retired (then queue calls that find it
     /// retry); see `flush.rs`.
-    in_flight: InFlight,
+    in_flight: CachePadded<InFlight>,
     /// A: new items must take the pwq lock: it has inactive items, is plugged, is
     /// frozen or is on its node's pending list. Stored (`SeqCst`) under the pwq lock
     /// when one of those changes; a queuer that loads it clear skips the lock and only
@@ -234,7 +240,7 @@ pub(crate) struct Pwq {
     /// its own began, since that item's store of the gate happened before the load.
     gate: AtomicBool,
     /// P: the pwq lock.
-    state: Mutex<PwqState>,
+    state: CachePadded<Mutex<PwqState>>,
 }
 
 /// A queue entry's reference to its pwq (the kernel's `get_pwq`), held by the item's
@@ -946,13 +952,13 @@ impl Pwq {
             wq,
             pool,
             node,
-            in_flight: InFlight::default(),
+            in_flight: CachePadded::default(),
             gate: AtomicBool::new(plugged || frozen),
-            state: Mutex::new(PwqState {
+            state: CachePadded::new(Mutex::new(PwqState {
                 inactive: VecDeque::new(),
                 hold: if plugged { Hold::Plugged } else { Hold::Open },
                 frozen,
-            }),
+            })),
         }
     }
 
