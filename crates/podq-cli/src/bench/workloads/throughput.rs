@@ -308,7 +308,10 @@ pub fn run(
             let locks_before = queue.lock_counts();
             let switches_before = Switches::now();
             go.wait();
-            let start = Instant::now();
+            // Only if no producer got to its first call; else the run starts with the
+            // first producer's first call: the driver may get its CPU back much later
+            // than the producers, which ran meanwhile.
+            let released = Instant::now();
             if params.mode == Mode::Work {
                 let target = before + params.items * producers;
                 while tally::total() < target && finished.load(Relaxed) < cpus.len() {
@@ -329,6 +332,12 @@ pub fn run(
             if outcomes.iter().all(Result::is_ok) {
                 tally::wait_for(before + accepted);
             }
+            let start = outcomes
+                .iter()
+                .flatten()
+                .map(|o| o.started)
+                .min()
+                .unwrap_or(released);
             let seconds = start.elapsed().as_secs_f64();
             let runs = tally::total() - before;
             let switches = switches_before.and_then(|b| Switches::now().map(|a| a.since(b)));
@@ -396,7 +405,9 @@ impl Switches {
 struct Outcome {
     calls: u64,
     accepted: u64,
-    /// From the start to its last call.
+    /// When it made its first call.
+    started: Instant,
+    /// From its first call to its last.
     elapsed: Duration,
 }
 
@@ -514,6 +525,7 @@ fn producer(
     Ok(Outcome {
         calls,
         accepted,
+        started: start,
         elapsed: start.elapsed(),
     })
 }
