@@ -1166,14 +1166,26 @@ fn scale_table(results: &[&RunResult]) -> String {
                         pods(b)
                     )
                 }),
+                r.throughput.as_ref().map_or("-".to_owned(), |t| {
+                    format!("{:.1}", report::per_kitem(t.context_switches, r.items))
+                }),
                 format!("{:.3}s", r.seconds),
             ]
         })
         .collect();
     format!(
-        "\nscale: podq, open-loop spawn, one producer per pod (fake:1sNc1t, virtual CPUs on the real ones)\n{}",
+        "\nscale: podq, open-loop spawn, one producer per pod (fake:1sNc1t, virtual CPUs on the real ones); ctxsw: context switches of producers and workers\n{}",
         report::table(
-            &["pods", "scope", "producers", "runs/s", "rounds min … max", "change", "wall"],
+            &[
+                "pods",
+                "scope",
+                "producers",
+                "runs/s",
+                "rounds min … max",
+                "change",
+                "ctxsw/1k runs",
+                "wall"
+            ],
             &rows,
             3
         )
