@@ -470,12 +470,18 @@ impl Sim<'_> {
         );
     }
 
-    /// The spin itself: poll for `IDLE_SPIN`, cut short by a push.
+    /// The spin itself: poll for `IDLE_SPIN`, cut short by a push, or by a thread
+    /// that may run on this CPU: one already waiting when the spin starts (it may have
+    /// arrived since `worker_take` looked), or one arriving during it (`on_arrive`).
     pub fn spin(&mut self, tid: Tid, pool: usize) {
         self.world.pools[pool].spinners.push(tid);
         self.threads[tid].spinning = true;
-        let budget = self.world.pools[pool].spin_for;
-        self.step_after(tid, budget.as_nanos() as f64);
+        let budget = if self.cpus[self.threads[tid].cpu].rq.is_empty() {
+            self.world.pools[pool].spin_for.as_nanos() as f64
+        } else {
+            0.0
+        };
+        self.step_after(tid, budget);
     }
 
     /// The spin is over (timed out or told of a push): no more notifications.

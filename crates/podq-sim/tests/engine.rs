@@ -344,3 +344,33 @@ fn an_empty_or_huge_io_is_refused() {
         );
     }
 }
+
+/// podq's spinning worker yields to a thread that may run on its CPU (its poll loop,
+/// `policy::poll_pauses`): a producer woken onto the CPU where its item's worker then
+/// spins for the next item runs at once, whether it arrived during the spin or just
+/// before it began. One producer and its worker on one CPU: a round trip is a few
+/// microseconds of wake-ups and switches, not the 20 µs spin (`IDLE_SPIN`).
+#[test]
+fn a_spinner_yields_to_the_producer_it_woke_on_its_cpu() {
+    let (_, params) = machine("epyc-2s32c");
+    let topo = Topology::synthetic("1s1c1t").unwrap();
+    let spec = RunSpec {
+        workload: Workload::Queue {
+            producer_cpus: vec![0],
+            item_ns: 100,
+        },
+        queue: QueueSpec::new("queue", Scope::Cpu, false),
+        length: RunLength::Items(2_000),
+        warmup: 0,
+        seed: 1,
+    };
+    let out = run(&topo, &params, &spec);
+    let seg = &out.segments[0];
+    assert_eq!(seg.items, 2_000);
+    let round_trip_ns = seg.seconds * 1e9 / seg.items as f64;
+    let spin_ns = podq_policy::IDLE_SPIN.as_nanos() as f64;
+    assert!(
+        round_trip_ns < spin_ns / 2.0,
+        "a round trip took {round_trip_ns:.0} ns: the producer waited out its worker's spin"
+    );
+}
