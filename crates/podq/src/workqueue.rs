@@ -902,12 +902,10 @@ impl WqShared {
             }
         }
         drop(pwqs);
-        let mut cfg = lock(&self.config);
-        // A workqueue being torn down gets no new pools (`WqHandle::drop` sets
-        // `destroyed` and then passes through `config`).
-        if self.destroyed.load(SeqCst) {
+        // A workqueue being torn down gets no new pools.
+        let Ok(mut cfg) = self.config_to_change() else {
             return None;
-        }
+        };
         let run = cfg.auto.as_mut()?;
         let before = run.clone();
         if !run.sample(now, completed, &pools) {

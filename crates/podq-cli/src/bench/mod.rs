@@ -958,6 +958,18 @@ fn latency_table(results: &[&RunResult], think: Duration) -> String {
     )
 }
 
+/// Context switches per 1000 runs, as the tables show them.
+fn switches(per_kitem: f64) -> String {
+    format!("{per_kitem:.1}")
+}
+
+/// A `throughput` or `scale` result's context switches per 1000 runs over its rounds.
+fn switches_cell(r: &RunResult) -> String {
+    r.throughput.as_ref().map_or("-".to_owned(), |t| {
+        switches(report::per_kitem(t.context_switches, r.items))
+    })
+}
+
 fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String {
     let rows: Vec<Vec<String>> = results
         .iter()
@@ -985,11 +997,8 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
                     share,
                 ]);
             }
-            let switches = |v: f64| format!("{v:.1}");
             row.extend([
-                t.map_or("-".to_owned(), |t| {
-                    switches(report::per_kitem(t.context_switches, r.items))
-                }),
+                switches_cell(r),
                 spread(r, |x| x.switches_per_kitem.unwrap_or(0.0), switches),
                 format!("{:.3}s", r.seconds),
             ]);
@@ -1166,9 +1175,7 @@ fn scale_table(results: &[&RunResult]) -> String {
                         pods(b)
                     )
                 }),
-                r.throughput.as_ref().map_or("-".to_owned(), |t| {
-                    format!("{:.1}", report::per_kitem(t.context_switches, r.items))
-                }),
+                switches_cell(r),
                 format!("{:.3}s", r.seconds),
             ]
         })
