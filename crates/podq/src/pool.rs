@@ -27,6 +27,7 @@ use crate::sync::Ordering::SeqCst;
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, unmodelled, AtomicUsize, Mutex};
 
 mod rescue;
+mod ring;
 mod watch;
 mod worker;
 mod worklist;
@@ -244,7 +245,8 @@ pub(crate) struct PoolCore {
     idle_timeout: Duration,
     /// L: the pool lock.
     state: Mutex<PoolState>,
-    /// K: runnable items (their own lock).
+    /// K, A: runnable items (a lock-free ring and, for what it cannot take, their own
+    /// lock: `worklist.rs`).
     worklist: Worklist<Entry>,
     /// A: counts readable without the pool lock.
     counts: Counts,
@@ -394,14 +396,8 @@ impl PoolCore {
             || rescue::cooling(self.id),
         );
         if repatriating {
-            // Charged, as in the kernel, to the workqueue of the first waiting item.
+            // The workqueue's count is the woken worker's to charge (`worker.rs`).
             self.stats.items.repatriated.inc();
-            let mut first = true;
-            self.worklist.for_each(|e| {
-                if std::mem::take(&mut first) {
-                    e.meta.pwq.wq.counters.repatriated.inc();
-                }
-            });
         }
         action
     }
@@ -554,7 +550,7 @@ mod loom_tests {
         loom::model(|| {
             let state = std::sync::Arc::new(Mutex::new(PoolState::default()));
             let counts = std::sync::Arc::new(Counts::default());
-            let list = std::sync::Arc::new(Worklist::<u32>::default());
+            let list = std::sync::Arc::new(Worklist::<u32>::with_capacity(2));
             {
                 let mut st = lock(&*state);
                 st.slots.push(Some(WorkerSlot {

@@ -57,6 +57,9 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     }
     // Whether the worker polled the worklist since it last ran an item.
     let mut spun = false;
+    // Woken to move back to its pod, with the repatriation not yet charged to a
+    // workqueue.
+    let mut repatriated = false;
     loop {
         if let Some(entry) = BATCH.with(|b| b.borrow_mut().pop_front()) {
             run_entry(pool, entry, Some(mine));
@@ -66,6 +69,16 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         // The batch is done: account its items before taking more or going idle.
         let backlog = context::settle_completions();
         if take_batch(pool, mine) {
+            if std::mem::take(&mut repatriated) {
+                // Charged, as in the kernel, to the workqueue of the first waiting item:
+                // here the first this worker takes (a ring holds its items out of reach
+                // of the waker's scan).
+                BATCH.with(|b| {
+                    if let Some(first) = b.borrow().front() {
+                        first.meta.pwq.wq.counters.repatriated.inc();
+                    }
+                });
+            }
             continue;
         }
         if let policy::IdleStep::Spin(budget) = policy::idle_step(spun, policy::IDLE_SPIN) {
@@ -98,6 +111,7 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         cpu_clock = now;
         match idle(pool, index) {
             Some(repatriate) => {
+                repatriated = repatriate;
                 if repatriate {
                     // Narrow to the pod so the scheduler moves us there, then widen
                     // again: the kernel's wake_cpu nudge, paid by the woken worker.

@@ -1,18 +1,36 @@
-//! A pool's worklist: runnable items, FIFO, behind their own short lock, apart from the
-//! pool lock that guards the workers. Queuers push one item per acquisition; workers
-//! take a batch per acquisition. Protocol: `pool/README.md` ("Worklist").
+//! A pool's worklist: runnable items, FIFO for each queuer, apart from the pool lock
+//! that guards the workers. While it is *open*, queuers push onto a lock-free ring and
+//! workers take batches from it; whatever needs the whole list (the ring full, items
+//! given back in front, the rescuer's scan) closes the ring under the worklist lock and
+//! moves its items to the locked `spill` list, which then serves every call until it
+//! runs dry and the ring opens again. Protocol: `pool/README.md` ("Worklist").
 //!
-//! Legend: K guarded by `Worklist::items` (the worklist lock, held for a push or a
-//! batch take only, never while running anything); A atomic.
+//! Legend: K guarded by `Worklist::spill` (the worklist lock, held for a spill push, a
+//! batch take from the spill or a scan, never while running anything); A atomic; I set
+//! at init. Invariant at every release of the worklist lock: the ring is closed exactly
+//! when the spill holds items, and a closed ring holds no item.
 
 use std::collections::VecDeque;
 
+use crossbeam_utils::CachePadded;
+
+use super::ring::{Refused, Ring};
 use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
 
-/// How a worklist lock is taken: plainly, or counting contention (`stats.rs`).
+/// Slots in a pool's ring: 48 bytes each with the runtime's entries, 12 KiB per pool.
+/// A flood beyond them (the default `max_active` lets 1024 items per node be active)
+/// spills and goes through the lock until the spill runs dry; 1024 slots ran the
+/// floods of `podq bench throughput` no faster here.
+pub(crate) const RING_SLOTS: usize = 256;
+
+/// How the worklist is claimed: its lock taken, or a ring position claimed, plainly or
+/// counting contention (`stats.rs`).
 pub(crate) trait Acquire {
     /// Locks `mutex`.
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X>;
+
+    /// Counts a claim of ring positions; `retried`: another thread's claim came first.
+    fn claimed(&self, retried: bool);
 }
 
 /// Takes the lock with nothing counted (the models and unit tests).
@@ -24,47 +42,102 @@ impl Acquire for Plain {
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
         lock(mutex)
     }
+
+    fn claimed(&self, _retried: bool) {}
 }
 
 /// Runnable items of one pool. `T` is a queue entry in the runtime and a plain value
 /// in the loom models.
 pub(crate) struct Worklist<T> {
-    /// K: the items, oldest first.
-    items: Mutex<VecDeque<T>>,
-    /// A: how many items `items` holds; changed under the lock, read without it.
+    /// A, I: the items while it is open (see the module docs).
+    ring: Ring<T>,
+    /// K: the items while the ring is closed, oldest first.
+    spill: Mutex<VecDeque<T>>,
+    /// A: items waiting, ring and spill: added after an item is in, taken off after
+    /// it is out, so a moment below the truth and even below 0 (read as 0).
     /// `SeqCst`: a queuer's increment and its `SeqCst` load of the pool's running and
     /// spinning counts pair with a worker's decrement of those counts and its load of
     /// this length (the Dekker pair of the sleep/wake protocol, `pool.rs`: all
-    /// `SeqCst`, so at least one side sees the other; `sync::seqcst_pair_fence`).
-    len: AtomicUsize,
+    /// `SeqCst`, so at least one side sees the other; `sync::seqcst_pair_fence`). A
+    /// queuer whose increment is late still makes its own look at the counts after it.
+    len: CachePadded<AtomicUsize>,
 }
 
 impl<T> Default for Worklist<T> {
     fn default() -> Self {
-        Worklist {
-            items: Mutex::new(VecDeque::new()),
-            len: AtomicUsize::new(0),
-        }
+        Worklist::with_capacity(RING_SLOTS)
     }
 }
 
 impl<T> Worklist<T> {
+    /// A worklist whose ring has `slots` slots (a power of two).
+    pub(crate) fn with_capacity(slots: usize) -> Self {
+        Worklist {
+            ring: Ring::new(slots),
+            spill: Mutex::new(VecDeque::new()),
+            len: CachePadded::new(AtomicUsize::new(0)),
+        }
+    }
+
     /// Appends an item.
     pub(crate) fn push(&self, item: T, how: &impl Acquire) {
-        let mut items = how.acquire(&self.items);
-        items.push_back(item);
+        let item = match self.ring.push(item) {
+            Ok(retried) => {
+                how.claimed(retried);
+                self.len.fetch_add(1, SeqCst);
+                return;
+            }
+            Err(Refused::Full(item) | Refused::Closed(item)) => item,
+        };
+        let mut spill = how.acquire(&self.spill);
+        self.push_locked(item, &mut spill);
+    }
+
+    /// Appends `item` under the worklist lock: onto the ring if it is open again and
+    /// has room, else onto the spill, closing the ring first.
+    fn push_locked(&self, item: T, spill: &mut VecDeque<T>) {
+        let item = if self.ring.is_closed() {
+            item
+        } else {
+            match self.ring.push(item) {
+                Ok(_) => {
+                    self.len.fetch_add(1, SeqCst);
+                    return;
+                }
+                Err(Refused::Full(item) | Refused::Closed(item)) => {
+                    // The spill is empty while the ring is open: the ring's items go first.
+                    self.ring.close_into(spill);
+                    item
+                }
+            }
+        };
+        spill.push_back(item);
         self.len.fetch_add(1, SeqCst);
     }
 
-    /// Appends items in one acquisition (activation's turn).
-    pub(crate) fn push_many(&self, batch: impl ExactSizeIterator<Item = T>, how: &impl Acquire) {
-        let n = batch.len();
-        if n == 0 {
-            return;
+    /// Under the worklist lock: opens the ring again once the spill ran dry.
+    fn settle(&self, spill: &VecDeque<T>) {
+        if spill.is_empty() && self.ring.is_closed() {
+            self.ring.reopen();
         }
-        let mut items = how.acquire(&self.items);
-        items.extend(batch);
-        self.len.fetch_add(n, SeqCst);
+    }
+
+    /// Appends items in order (activation's turn): runs of ring slots, one claim each,
+    /// then the lock for what the ring does not take.
+    pub(crate) fn push_many(&self, batch: impl ExactSizeIterator<Item = T>, how: &impl Acquire) {
+        let mut batch = batch.into_iter();
+        while batch.len() > 0 {
+            let (n, retried) = self.ring.push_run(&mut batch);
+            if n == 0 {
+                let mut spill = how.acquire(&self.spill);
+                for item in batch.by_ref() {
+                    self.push_locked(item, &mut spill);
+                }
+                return;
+            }
+            how.claimed(retried);
+            self.len.fetch_add(n, SeqCst);
+        }
     }
 
     /// Puts `batch` back in front, in its order: items a worker took and has not
@@ -73,49 +146,76 @@ impl<T> Worklist<T> {
         if batch.is_empty() {
             return;
         }
-        let mut items = lock(&self.items);
+        let mut spill = lock(&self.spill);
+        self.ring.close_into(&mut spill);
         let n = batch.len();
         while let Some(item) = batch.pop_back() {
-            items.push_front(item);
+            spill.push_front(item);
         }
         self.len.fetch_add(n, SeqCst);
     }
 
     /// Items waiting now.
     pub(crate) fn len(&self) -> usize {
-        self.len.load(SeqCst)
+        let len = self.len.load(SeqCst);
+        if len as isize > 0 {
+            len
+        } else {
+            0
+        }
     }
 
-    /// Moves up to `want(len)` of the oldest items into `into` (its end), deciding the
-    /// batch size under the lock from the length there. Returns how many it moved.
+    /// Moves up to `want(len)` of the oldest items into `into` (its end), the batch
+    /// size decided from the length before the take (a moment behind, at most).
+    /// Returns how many it moved.
     pub(crate) fn take_batch(
         &self,
         want: impl FnOnce(usize) -> usize,
         into: &mut VecDeque<T>,
         how: &impl Acquire,
     ) -> usize {
-        if self.len.load(SeqCst) == 0 {
+        let waiting = self.len();
+        if waiting == 0 {
             return 0;
         }
-        let mut items = how.acquire(&self.items);
-        let n = want(items.len()).min(items.len());
-        into.extend(items.drain(..n));
+        let max = want(waiting).max(1);
+        // The ring first, whose `head` is the workers' line: it takes nothing once
+        // the ring is closed.
+        let (n, retried) = self.ring.take(max, into);
+        if n > 0 {
+            how.claimed(retried);
+            self.len.fetch_sub(n, SeqCst);
+            return n;
+        }
+        if !self.ring.is_closed() {
+            return 0;
+        }
+        let mut spill = how.acquire(&self.spill);
+        let n = max.min(spill.len());
+        into.extend(spill.drain(..n));
+        self.settle(&spill);
         self.len.fetch_sub(n, SeqCst);
         n
     }
 
     /// Takes the oldest item that `pick` accepts (the rescuer's scan).
     pub(crate) fn take_where(&self, pick: impl Fn(&T) -> bool) -> Option<T> {
-        let mut items = lock(&self.items);
-        let at = items.iter().position(pick)?;
-        let item = items.remove(at);
-        self.len.fetch_sub(1, SeqCst);
+        let mut spill = lock(&self.spill);
+        self.ring.close_into(&mut spill);
+        let item = spill.iter().position(pick).and_then(|at| spill.remove(at));
+        self.settle(&spill);
+        if item.is_some() {
+            self.len.fetch_sub(1, SeqCst);
+        }
         item
     }
 
     /// Applies `f` to every waiting item, oldest first.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&T)) {
-        lock(&self.items).iter().for_each(&mut f);
+        let mut spill = lock(&self.spill);
+        self.ring.close_into(&mut spill);
+        spill.iter().for_each(&mut f);
+        self.settle(&spill);
     }
 }
 
@@ -144,42 +244,205 @@ mod tests {
         assert_eq!(list.take_batch(|_| 100, &mut all, &Plain), 0);
         assert_eq!(list.take_where(|_| true), None);
     }
+
+    /// Counts lock acquisitions and ring claims.
+    #[derive(Default)]
+    struct Counting {
+        locks: std::cell::Cell<usize>,
+        claims: std::cell::Cell<usize>,
+    }
+
+    impl Acquire for Counting {
+        fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
+            self.locks.set(self.locks.get() + 1);
+            lock(mutex)
+        }
+
+        fn claimed(&self, _retried: bool) {
+            self.claims.set(self.claims.get() + 1);
+        }
+    }
+
+    #[test]
+    fn a_full_ring_spills_in_order_and_opens_again_once_the_spill_runs_dry() {
+        let list = Worklist::with_capacity(4);
+        let how = Counting::default();
+        for i in 0..4 {
+            list.push(i, &how);
+        }
+        assert_eq!(
+            (how.locks.get(), how.claims.get()),
+            (0, 4),
+            "no lock while open"
+        );
+        list.push_many(4..8, &how);
+        assert!(list.ring.is_closed());
+        assert_eq!(
+            how.locks.get(),
+            1,
+            "one acquisition for the rest of the batch"
+        );
+        assert_eq!(list.len(), 8);
+        let mut out = VecDeque::new();
+        assert_eq!(list.take_batch(|_| 3, &mut out, &how), 3);
+        list.push(8, &how);
+        assert!(list.ring.is_closed(), "closed until the spill runs dry");
+        assert_eq!(list.take_batch(|_| 100, &mut out, &how), 6);
+        assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 7, 8]);
+        assert!(!list.ring.is_closed());
+        let locks = how.locks.get();
+        list.push(9, &how);
+        assert_eq!(list.take_batch(|_| 100, &mut out, &how), 1);
+        assert_eq!(how.locks.get(), locks, "open again: no lock");
+        assert_eq!(list.len(), 0);
+    }
+
+    #[test]
+    fn a_scan_sees_the_rings_items_and_leaves_them_in_order() {
+        let list = Worklist::with_capacity(8);
+        for i in 0..5 {
+            list.push(i, &Plain);
+        }
+        let mut seen = Vec::new();
+        list.for_each(|&i| seen.push(i));
+        assert_eq!(seen, [0, 1, 2, 3, 4]);
+        list.push(5, &Plain);
+        assert_eq!(list.take_where(|&i| i == 2), Some(2));
+        let mut out = VecDeque::new();
+        assert_eq!(list.take_batch(|_| 100, &mut out, &Plain), 5);
+        assert_eq!(out, [0, 1, 3, 4, 5]);
+        assert!(!list.ring.is_closed());
+    }
+
+    /// Queuers on every CPU against workers taking batches, the ring small enough to
+    /// fill: every item comes out once, each queuer's in its order.
+    #[test]
+    fn concurrent_queuers_and_workers_lose_nothing_and_keep_each_queuers_order() {
+        const QUEUERS: usize = 3;
+        const ITEMS: usize = 20_000;
+        let list = std::sync::Arc::new(Worklist::with_capacity(16));
+        let taken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let workers: Vec<_> = (0..2)
+            .map(|_| {
+                let (list, taken) = (list.clone(), taken.clone());
+                std::thread::spawn(move || {
+                    let mut last = [None; QUEUERS];
+                    let mut batch = VecDeque::new();
+                    while taken.load(SeqCst) < QUEUERS * ITEMS {
+                        let n = list.take_batch(|len| len.div_ceil(2).min(8), &mut batch, &Plain);
+                        if n == 0 {
+                            std::thread::yield_now();
+                            continue;
+                        }
+                        taken.fetch_add(n, SeqCst);
+                        for (q, i) in batch.drain(..) {
+                            let q: usize = q;
+                            assert!(
+                                last[q].map_or(true, |l| i > l),
+                                "queuer {q}: {i} after {last:?}"
+                            );
+                            last[q] = Some(i);
+                        }
+                    }
+                })
+            })
+            .collect();
+        let queuers: Vec<_> = (0..QUEUERS)
+            .map(|q| {
+                let list = list.clone();
+                std::thread::spawn(move || {
+                    for i in 0..ITEMS {
+                        if i % 1000 == 999 {
+                            // A scan now and then closes the ring under the queuers.
+                            list.for_each(|_| ());
+                        }
+                        list.push((q, i), &Plain);
+                    }
+                })
+            })
+            .collect();
+        for t in queuers.into_iter().chain(workers) {
+            t.join().unwrap();
+        }
+        assert_eq!(taken.load(SeqCst), QUEUERS * ITEMS);
+        assert_eq!(list.len(), 0);
+    }
 }
 
-/// Loom model of the worklist on its own: two queuers and a worker taking batches;
-/// every item is taken exactly once and each queuer's items stay in order.
+/// Loom models of the worklist on its own: every item is taken exactly once and each
+/// queuer's items stay in order, through a ring that fills (two slots for four items)
+/// and through items given back in front. The worker takes twice while the queuers run,
+/// then joins them and takes the rest: a worker that polled until it had every item
+/// would spin beside a closer waiting for a preempted queuer's write, and loom, which
+/// does not schedule fairly between two yielding threads, would never run that queuer.
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
     use loom::sync::Arc;
 
+    type Item = (u32, u32);
+
+    /// Two queuers push two items each (one item by item, one as a run) while `work`
+    /// runs on this thread; then the rest is taken. Returns every item in the order taken.
+    fn run(
+        slots: usize,
+        work: impl FnOnce(&Worklist<Item>, &mut VecDeque<Item>),
+    ) -> VecDeque<Item> {
+        let list = Arc::new(Worklist::with_capacity(slots));
+        let queuers: Vec<_> = (0..2)
+            .map(|q| {
+                let list = list.clone();
+                loom::thread::spawn(move || {
+                    if q == 0 {
+                        list.push((q, 0), &Plain);
+                        list.push((q, 1), &Plain);
+                    } else {
+                        // Activation's way: one claim for a run.
+                        list.push_many([(q, 0), (q, 1)].into_iter(), &Plain);
+                    }
+                })
+            })
+            .collect();
+        let mut taken = VecDeque::new();
+        work(&list, &mut taken);
+        for q in queuers {
+            q.join().unwrap();
+        }
+        while list.take_batch(|len| len, &mut taken, &Plain) > 0 {}
+        assert_eq!(list.len(), 0);
+        taken
+    }
+
+    fn check(taken: &VecDeque<Item>) {
+        assert_eq!(taken.len(), 4, "{taken:?}");
+        for q in 0..2 {
+            let seq: Vec<u32> = taken.iter().filter(|e| e.0 == q).map(|e| e.1).collect();
+            assert_eq!(seq, [0, 1], "{taken:?}");
+        }
+    }
+
     #[test]
     fn loom_batches_take_every_item_once_in_order() {
         loom::model(|| {
-            let list = Arc::new(Worklist::default());
-            let queuers: Vec<_> = (0..2)
-                .map(|q| {
-                    let list = list.clone();
-                    loom::thread::spawn(move || {
-                        list.push((q, 0), &Plain);
-                        list.push((q, 1), &Plain);
-                    })
-                })
-                .collect();
-            let mut taken = VecDeque::new();
-            while taken.len() < 4 {
-                if list.take_batch(|len| len.div_ceil(2), &mut taken, &Plain) == 0 {
-                    loom::thread::yield_now();
+            let taken = run(2, |list, taken| {
+                for _ in 0..2 {
+                    list.take_batch(|len| len.div_ceil(2), taken, &Plain);
                 }
-            }
-            for q in queuers {
-                q.join().unwrap();
-            }
-            assert_eq!(list.len(), 0);
-            for q in 0..2 {
-                let seq: Vec<u32> = taken.iter().filter(|e| e.0 == q).map(|e| e.1).collect();
-                assert_eq!(seq, [0, 1]);
-            }
+            });
+            check(&taken);
+        });
+    }
+
+    #[test]
+    fn loom_items_given_back_go_first_and_none_is_lost() {
+        loom::model(|| {
+            let taken = run(4, |list, taken| {
+                let mut batch = VecDeque::new();
+                list.take_batch(|len| len, &mut batch, &Plain);
+                list.push_front_all(&mut batch);
+                list.take_batch(|len| len.div_ceil(2), taken, &Plain);
+            });
+            check(&taken);
         });
     }
 }

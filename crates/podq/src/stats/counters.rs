@@ -220,8 +220,11 @@ impl ItemCounters {
     }
 }
 
-/// Contention of one lock at one kind of call site. Every field is written only while
-/// holding that lock (after acquiring it), so by one thread at a time (AL).
+/// Contention of a worklist at one kind of call site: of its lock, and of its ring's
+/// positions (`pool/ring.rs`), which count as acquisitions too, contended when another
+/// thread's claim made one retry. The lock's fields are written only while holding
+/// that lock (after acquiring it), so by one thread at a time (AL); the ring's are
+/// sharded.
 #[derive(Default, Debug)]
 pub(crate) struct LockCounters {
     acquisitions: Counter,
@@ -229,6 +232,10 @@ pub(crate) struct LockCounters {
     /// Contended acquisitions whose wait was timed (`sample_lock_wait`), and their wait.
     timed: Counter,
     timed_wait_ns: Counter,
+    /// Ring claims by queuers (workers count theirs in their own counters).
+    claims: ShardedCounter,
+    /// Ring claims that retried. Their wait, a few compare-and-swaps, is not timed.
+    claims_retried: ShardedCounter,
 }
 
 /// Counts acquisitions in the lock's own counters (queuers).
@@ -240,6 +247,14 @@ impl crate::pool::Acquire for LockCounters {
         let guard = self.lock_uncounted(mutex);
         self.acquisitions.add_exclusive(1);
         guard
+    }
+
+    #[inline]
+    fn claimed(&self, retried: bool) {
+        self.claims.inc();
+        if retried {
+            self.claims_retried.inc();
+        }
     }
 }
 
@@ -254,6 +269,14 @@ impl crate::pool::Acquire for OwnedAcquire<'_> {
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X> {
         self.acquisitions.inc();
         self.lock.lock_uncounted(mutex)
+    }
+
+    #[inline]
+    fn claimed(&self, retried: bool) {
+        self.acquisitions.inc();
+        if retried {
+            self.lock.claims_retried.inc();
+        }
     }
 }
 
@@ -290,8 +313,8 @@ impl LockCounters {
     pub(super) fn snapshot(&self) -> LockStats {
         let contended = self.contended.get();
         LockStats {
-            acquisitions: self.acquisitions.get(),
-            contended,
+            acquisitions: self.acquisitions.get() + self.claims.get(),
+            contended: contended + self.claims_retried.get(),
             wait_ns: scaled_wait(self.timed_wait_ns.get(), self.timed.get(), contended),
         }
     }

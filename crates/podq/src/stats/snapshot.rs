@@ -26,17 +26,22 @@ pub struct Totals {
     pub max_active_waits: u64,
 }
 
-/// Contention of a pool lock at one kind of call site.
+/// Contention of a pool's worklist (or of a lock) at one kind of call site. A
+/// worklist is acquired by claiming slots of its lock-free ring, or, when the ring is
+/// full or closed, by taking its lock (`pool/README.md`, "Worklist").
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct LockStats {
-    /// Times the lock was taken.
+    /// Times it was acquired: a ring claim (one per item queued, one per run an
+    /// activation or a worker takes) or the lock taken.
     pub acquisitions: u64,
-    /// Times it was already held (the try-lock failed).
+    /// Times another thread had it: a ring claim retried after another's, or the lock
+    /// already held (the try-lock failed).
     pub contended: u64,
-    /// Total time spent waiting in contended acquisitions: the mean wait of a
+    /// Total time spent waiting in contended lock acquisitions: the mean wait of a
     /// systematic sample of them (one in 8 per thread, each thread's first always)
-    /// times `contended`, since two clock reads cost more than a short wait.
+    /// times their count, since two clock reads cost more than a short wait. A
+    /// retried ring claim waits a few compare-and-swaps and is not timed.
     pub wait_ns: u64,
 }
 
