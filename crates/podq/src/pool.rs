@@ -277,12 +277,13 @@ impl Pool {
         let pod = key.pod.clone();
         let mask = key.cpumask.clone().unwrap_or_else(|| pod.clone());
         let pod_real = map.reals(&pod);
+        let concurrency = key.concurrency();
         let allowed = map.reals(key.allowed_cpus());
         let virt_of_real = map.virtual_table(&pod, &mask, pod.first().unwrap_or(0));
         Pool {
             core: Arc::new(PoolCore {
                 id,
-                concurrency: key.concurrency(),
+                concurrency,
                 key,
                 topology,
                 allowed,
@@ -290,7 +291,7 @@ impl Pool {
                 virt_of_real,
                 idle_timeout,
                 state: Mutex::new(PoolState::default()),
-                worklist: Worklist::default(),
+                worklist: Worklist::for_pod(concurrency),
                 counts: Counts::default(),
                 stats: PoolCounters::default(),
                 joins: unmodelled::Mutex::new(Vec::new()),
