@@ -60,17 +60,12 @@ unsafe impl<T: Send> Sync for Ring<T> {}
 unsafe impl<T: Send> Send for Ring<T> {}
 
 impl<T> Ring<T> {
-    /// An open, empty ring of `capacity` slots (a power of two), or with none, a ring
-    /// closed for good.
+    /// An open, empty ring of `capacity` slots (a power of two).
     pub(super) fn new(capacity: usize) -> Ring<T> {
-        assert!(
-            capacity == 0 || capacity.is_power_of_two(),
-            "ring capacity {capacity}"
-        );
-        let start = if capacity == 0 { CLOSED } else { 0 };
+        assert!(capacity.is_power_of_two(), "ring capacity {capacity}");
         Ring {
-            tail: CachePadded::new(AtomicUsize::new(start)),
-            head: CachePadded::new(AtomicUsize::new(start)),
+            tail: CachePadded::new(AtomicUsize::new(0)),
+            head: CachePadded::new(AtomicUsize::new(0)),
             slots: (0..capacity)
                 .map(|p| Slot {
                     stamp: AtomicUsize::new(p),
@@ -264,12 +259,8 @@ impl<T> Ring<T> {
         true
     }
 
-    /// Opens the ring again (the caller holds the worklist lock; the ring is empty),
-    /// unless it has no slots.
+    /// Opens the ring again (the caller holds the worklist lock; the ring is empty).
     pub(super) fn reopen(&self) {
-        if self.slots.is_empty() {
-            return;
-        }
         self.head.fetch_and(!CLOSED, Relaxed);
         self.tail.fetch_and(!CLOSED, Relaxed);
     }
@@ -335,18 +326,6 @@ mod tests {
         assert_eq!(out, [0, 1, 2, 3, 4, 5]);
         ring.close_into(&mut out);
         assert_eq!(ring.push_run(&mut batch), (0, false), "closed");
-    }
-
-    #[test]
-    fn a_ring_without_slots_stays_closed() {
-        let ring = Ring::new(0);
-        assert!(ring.is_closed());
-        assert!(matches!(ring.push(1), Err(Refused::Closed(1))));
-        assert_eq!(ring.push_run(&mut (0..3)), (0, false));
-        ring.reopen();
-        assert!(ring.is_closed());
-        assert_eq!(ring.take(4, &mut VecDeque::new()), (0, false));
-        assert!(!ring.close_into(&mut VecDeque::new()));
     }
 
     #[test]

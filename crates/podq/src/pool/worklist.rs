@@ -12,8 +12,6 @@
 
 use std::collections::VecDeque;
 
-use crossbeam_utils::CachePadded;
-
 use super::ring::{Refused, Ring};
 use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
 
@@ -50,8 +48,8 @@ impl Acquire for Plain {
 /// Runnable items of one pool. `T` is a queue entry in the runtime and a plain value
 /// in the loom models.
 pub(crate) struct Worklist<T> {
-    /// A, I: the items while it is open (see the module docs).
-    ring: Ring<T>,
+    /// A, I: the items while it is open (see the module docs); none in a one-CPU pool.
+    ring: Option<Box<Ring<T>>>,
     /// K: the items while the ring is closed, oldest first.
     spill: Mutex<VecDeque<T>>,
     /// A: items waiting, ring and spill: added after an item is in, taken off after
@@ -61,7 +59,7 @@ pub(crate) struct Worklist<T> {
     /// this length (the Dekker pair of the sleep/wake protocol, `pool.rs`: all
     /// `SeqCst`, so at least one side sees the other; `sync::seqcst_pair_fence`). A
     /// queuer whose increment is late still makes its own look at the counts after it.
-    len: CachePadded<AtomicUsize>,
+    len: AtomicUsize,
 }
 
 impl<T> Default for Worklist<T> {
@@ -74,30 +72,35 @@ impl<T> Worklist<T> {
     /// The worklist of a pool of `pod_cpus` CPUs. A one-CPU pod's queuers and workers
     /// share its CPU, so its lock is rarely contended, and a ring there would only add
     /// its slots to the caches (with many such pools, the pools' rings outgrow them:
-    /// `podq bench scale` ran 6–18% slower with them): its ring has no slots and
-    /// stays closed, and every call takes the lock.
+    /// `podq bench scale` ran 6–18% slower with them): it has none, and every call
+    /// takes the lock.
     pub(crate) fn for_pod(pod_cpus: usize) -> Self {
         Worklist::with_capacity(if pod_cpus > 1 { RING_SLOTS } else { 0 })
     }
 
-    /// A worklist whose ring has `slots` slots (a power of two, or 0: the lock only).
+    /// A worklist whose ring has `slots` slots (a power of two), or without a ring
+    /// (0: the lock only).
     pub(crate) fn with_capacity(slots: usize) -> Self {
         Worklist {
-            ring: Ring::new(slots),
+            ring: (slots > 0).then(|| Box::new(Ring::new(slots))),
             spill: Mutex::new(VecDeque::new()),
-            len: CachePadded::new(AtomicUsize::new(0)),
+            len: AtomicUsize::new(0),
         }
     }
 
     /// Appends an item.
     pub(crate) fn push(&self, item: T, how: &impl Acquire) {
-        let item = match self.ring.push(item) {
-            Ok(retried) => {
-                how.claimed(retried);
-                self.len.fetch_add(1, SeqCst);
-                return;
+        let item = if let Some(ring) = &self.ring {
+            match ring.push(item) {
+                Ok(retried) => {
+                    how.claimed(retried);
+                    self.len.fetch_add(1, SeqCst);
+                    return;
+                }
+                Err(Refused::Full(item) | Refused::Closed(item)) => item,
             }
-            Err(Refused::Full(item) | Refused::Closed(item)) => item,
+        } else {
+            item
         };
         let mut spill = how.acquire(&self.spill);
         self.push_locked(item, &mut spill);
@@ -106,20 +109,19 @@ impl<T> Worklist<T> {
     /// Appends `item` under the worklist lock: onto the ring if it is open again and
     /// has room, else onto the spill, closing the ring first.
     fn push_locked(&self, item: T, spill: &mut VecDeque<T>) {
-        let item = if self.ring.is_closed() {
-            item
-        } else {
-            match self.ring.push(item) {
+        let item = match self.ring.as_ref().filter(|r| !r.is_closed()) {
+            None => item,
+            Some(ring) => match ring.push(item) {
                 Ok(_) => {
                     self.len.fetch_add(1, SeqCst);
                     return;
                 }
                 Err(Refused::Full(item) | Refused::Closed(item)) => {
-                    // The spill is empty while the ring is open: the ring's items go first.
-                    self.ring.close_into(spill);
+                    // The spill is empty while the ring is open: its items go first.
+                    ring.close_into(spill);
                     item
                 }
-            }
+            },
         };
         spill.push_back(item);
         self.len.fetch_add(1, SeqCst);
@@ -127,8 +129,20 @@ impl<T> Worklist<T> {
 
     /// Under the worklist lock: opens the ring again once the spill ran dry.
     fn settle(&self, spill: &VecDeque<T>) {
-        if spill.is_empty() && self.ring.is_closed() {
-            self.ring.reopen();
+        if let Some(ring) = self
+            .ring
+            .as_ref()
+            .filter(|r| spill.is_empty() && r.is_closed())
+        {
+            ring.reopen();
+        }
+    }
+
+    /// Under the worklist lock: closes the ring, moving what it holds to the spill
+    /// (empty while the ring is open, so the ring's items go first).
+    fn close(&self, spill: &mut VecDeque<T>) {
+        if let Some(ring) = &self.ring {
+            ring.close_into(spill);
         }
     }
 
@@ -136,16 +150,21 @@ impl<T> Worklist<T> {
     /// then the lock for what the ring does not take.
     pub(crate) fn push_many(&self, batch: impl ExactSizeIterator<Item = T>, how: &impl Acquire) {
         let mut batch = batch.into_iter();
-        while batch.len() > 0 {
-            let (n, retried) = self.ring.push_run(&mut batch);
+        while let Some(ring) = self.ring.as_ref().filter(|_| batch.len() > 0) {
+            let (n, retried) = ring.push_run(&mut batch);
             if n == 0 {
-                let mut spill = how.acquire(&self.spill);
-                for item in batch.by_ref() {
-                    self.push_locked(item, &mut spill);
-                }
-                return;
+                break;
             }
             how.claimed(retried);
+            self.len.fetch_add(n, SeqCst);
+        }
+        let n = batch.len();
+        if n > 0 {
+            let mut spill = how.acquire(&self.spill);
+            // The ring is full or closed (or there is none): the rest goes after what
+            // it holds.
+            self.close(&mut spill);
+            spill.extend(batch);
             self.len.fetch_add(n, SeqCst);
         }
     }
@@ -157,7 +176,7 @@ impl<T> Worklist<T> {
             return;
         }
         let mut spill = lock(&self.spill);
-        self.ring.close_into(&mut spill);
+        self.close(&mut spill);
         let n = batch.len();
         while let Some(item) = batch.pop_back() {
             spill.push_front(item);
@@ -189,16 +208,18 @@ impl<T> Worklist<T> {
             return 0;
         }
         let max = want(waiting).max(1);
-        // The ring first, whose `head` is the workers' line: it takes nothing once
-        // the ring is closed.
-        let (n, retried) = self.ring.take(max, into);
-        if n > 0 {
-            how.claimed(retried);
-            self.len.fetch_sub(n, SeqCst);
-            return n;
-        }
-        if !self.ring.is_closed() {
-            return 0;
+        if let Some(ring) = &self.ring {
+            // The ring first, whose `head` is the workers' line: it takes nothing
+            // once the ring is closed.
+            let (n, retried) = ring.take(max, into);
+            if n > 0 {
+                how.claimed(retried);
+                self.len.fetch_sub(n, SeqCst);
+                return n;
+            }
+            if !ring.is_closed() {
+                return 0;
+            }
         }
         let mut spill = how.acquire(&self.spill);
         let n = max.min(spill.len());
@@ -211,7 +232,7 @@ impl<T> Worklist<T> {
     /// Takes the oldest item that `pick` accepts (the rescuer's scan).
     pub(crate) fn take_where(&self, pick: impl Fn(&T) -> bool) -> Option<T> {
         let mut spill = lock(&self.spill);
-        self.ring.close_into(&mut spill);
+        self.close(&mut spill);
         let item = spill.iter().position(pick).and_then(|at| spill.remove(at));
         self.settle(&spill);
         if item.is_some() {
@@ -223,7 +244,7 @@ impl<T> Worklist<T> {
     /// Applies `f` to every waiting item, oldest first.
     pub(crate) fn for_each(&self, mut f: impl FnMut(&T)) {
         let mut spill = lock(&self.spill);
-        self.ring.close_into(&mut spill);
+        self.close(&mut spill);
         spill.iter().for_each(&mut f);
         self.settle(&spill);
     }
@@ -286,7 +307,7 @@ mod tests {
             "no lock while open"
         );
         list.push_many(4..8, &how);
-        assert!(list.ring.is_closed());
+        assert!(list.ring.as_ref().unwrap().is_closed());
         assert_eq!(
             how.locks.get(),
             1,
@@ -296,10 +317,13 @@ mod tests {
         let mut out = VecDeque::new();
         assert_eq!(list.take_batch(|_| 3, &mut out, &how), 3);
         list.push(8, &how);
-        assert!(list.ring.is_closed(), "closed until the spill runs dry");
+        assert!(
+            list.ring.as_ref().unwrap().is_closed(),
+            "closed until the spill runs dry"
+        );
         assert_eq!(list.take_batch(|_| 100, &mut out, &how), 6);
         assert_eq!(out, [0, 1, 2, 3, 4, 5, 6, 7, 8]);
-        assert!(!list.ring.is_closed());
+        assert!(!list.ring.as_ref().unwrap().is_closed());
         let locks = how.locks.get();
         list.push(9, &how);
         assert_eq!(list.take_batch(|_| 100, &mut out, &how), 1);
@@ -336,7 +360,7 @@ mod tests {
         let mut out = VecDeque::new();
         assert_eq!(list.take_batch(|_| 100, &mut out, &Plain), 5);
         assert_eq!(out, [0, 1, 3, 4, 5]);
-        assert!(!list.ring.is_closed());
+        assert!(!list.ring.as_ref().unwrap().is_closed());
     }
 
     /// Queuers on every CPU against workers taking batches, the ring small enough to
