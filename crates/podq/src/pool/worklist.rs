@@ -470,39 +470,39 @@ mod loom_tests {
         }
     }
 
+    /// Explores [`run`] on a ring of `slots` and checks every item is taken once, each
+    /// queuer's in order.
+    fn model(
+        slots: usize,
+        work: impl Fn(&Worklist<Item>, &mut VecDeque<Item>) + Send + Sync + 'static,
+    ) {
+        loom::model(move || check(&run(slots, &work)));
+    }
+
     #[test]
     fn loom_batches_take_every_item_once_in_order() {
-        loom::model(|| {
-            let taken = run(2, |list, taken| {
-                for _ in 0..2 {
-                    list.take_batch(|len| len.div_ceil(2), taken, &Plain);
-                }
-            });
-            check(&taken);
+        model(2, |list, taken| {
+            for _ in 0..2 {
+                list.take_batch(|len| len.div_ceil(2), taken, &Plain);
+            }
         });
     }
 
     /// A one-CPU pod's worklist: no ring, the lock for everything.
     #[test]
     fn loom_a_lock_only_worklist_takes_every_item_once_in_order() {
-        loom::model(|| {
-            let taken = run(0, |list, taken| {
-                list.take_batch(|len| len.div_ceil(2), taken, &Plain);
-            });
-            check(&taken);
+        model(0, |list, taken| {
+            list.take_batch(|len| len.div_ceil(2), taken, &Plain);
         });
     }
 
     #[test]
     fn loom_items_given_back_go_first_and_none_is_lost() {
-        loom::model(|| {
-            let taken = run(4, |list, taken| {
-                let mut batch = VecDeque::new();
-                list.take_batch(|len| len, &mut batch, &Plain);
-                list.push_front_all(&mut batch);
-                list.take_batch(|len| len.div_ceil(2), taken, &Plain);
-            });
-            check(&taken);
+        model(4, |list, taken| {
+            let mut batch = VecDeque::new();
+            list.take_batch(|len| len, &mut batch, &Plain);
+            list.push_front_all(&mut batch);
+            list.take_batch(|len| len.div_ceil(2), taken, &Plain);
         });
     }
 }
