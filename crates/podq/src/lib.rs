@@ -75,7 +75,7 @@
 //! | WD | the watchdog's own mutexes (`WqWatch::found`, its remembered state) | `watchdog` |
 //! | BL | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
-//! | K | `Worklist::items` (the worklist lock) | `pool::worklist` |
+//! | K | `Worklist::spill` (the worklist lock; a multi-CPU pool's ring takes none) | `pool::worklist` |
 //! | J | `PoolCore::joins` | `pool` |
 //! | R | `PoolCounters::workers` | `stats` |
 //! | B | the manager's `MANAGER.state` | `pool::rescue` |

@@ -24,13 +24,14 @@
 //! A subscriber runs inside the queue and activation paths: `workqueue_queue_work`
 //! inside the queue call's read section of the CPU → pwq table, and
 //! `workqueue_activate_work`, for an item that waited for a `max_active` slot, under
-//! its pwq's lock and its pool's worklist lock, as the kernel's probes run under the
-//! pool lock. A queue call the subscriber makes there would wait for a lock its own
-//! thread holds, so it is deferred instead (`workqueue/reentry.rs`): checked at once,
-//! queued when the podq call that emitted the event has released its locks. A panic
-//! of the subscriber in any event is caught, so that the queueing, the activation or
-//! the item goes on, and reported to the workqueue's panic hook (for the two events
-//! under locks, once they are released), as an item's panic is.
+//! its pwq's lock (and its pool's worklist lock when the ring is full or absent), as
+//! the kernel's probes run under the pool lock. A queue call the subscriber makes there
+//! would wait for a lock its own thread holds, so it is deferred instead
+//! (`workqueue/reentry.rs`): checked at once, queued when the podq call that emitted
+//! the event has released its locks. A panic of the subscriber in any event is caught,
+//! so that the queueing, the activation or the item goes on, and reported to the
+//! workqueue's panic hook (for the two events under locks, once they are released), as
+//! an item's panic is.
 
 #[cfg(feature = "tracing")]
 use std::cell::{Cell, RefCell};

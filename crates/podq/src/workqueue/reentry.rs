@@ -1,13 +1,13 @@
 //! Queue calls made from inside a podq tracing event that runs under podq's locks
 //! (`trace.rs`: `workqueue_queue_work` in the table's read section,
-//! `workqueue_activate_work` under the pwq and worklist locks). Made there, the call
-//! would wait for a lock its own thread holds; instead it is checked as usual (a
-//! draining or destroyed workqueue refuses it at once) and kept on the thread's list,
-//! and the podq call that emitted the event queues it once it has released its locks
-//! (at the end of `enqueue_any` and of an activation pass), in the order the calls were
-//! made. Until then the item is not in flight: a flush started meanwhile by another
-//! thread need not wait for it. A subscriber's panic in those events is reported here
-//! too, to the workqueue's panic hook, once the locks are free.
+//! `workqueue_activate_work` under the pwq lock, and the worklist's when activation
+//! spills). Made there, the call would wait for a lock its own thread holds; instead it
+//! is checked as usual (a draining or destroyed workqueue refuses it at once) and kept
+//! on the thread's list, and the podq call that emitted the event queues it once it has
+//! released its locks (at the end of `enqueue_any` and of an activation pass), in the
+//! order the calls were made. Until then the item is not in flight: a flush started
+//! meanwhile by another thread need not wait for it. A subscriber's panic in those
+//! events is reported here too, to the workqueue's panic hook, once the locks are free.
 //!
 //! Legend: W thread-private.
 
