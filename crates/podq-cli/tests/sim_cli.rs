@@ -83,6 +83,41 @@ fn json_follows_the_bench_schema_and_is_reproducible() {
 }
 
 #[test]
+fn the_ring_model_is_chosen_and_recorded() {
+    let run = |worklist: &str| {
+        let out = podq(&[
+            "sim",
+            "queue",
+            "--machine",
+            "grace-72c",
+            "--scopes",
+            "cache",
+            "--strict",
+            "off",
+            "--duration",
+            "1ms",
+            "--warmup",
+            "200us",
+            "--worklist",
+            worklist,
+            "--json",
+            "-",
+            "-q",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (locked, ring) = (run("locked"), run("ring"));
+    assert_eq!(locked["settings"]["worklist"], "locked");
+    assert_eq!(ring["settings"]["worklist"], "ring");
+    // A different model of the one `cache` pool: a different run.
+    assert_ne!(locked["results"][0]["items"], ring["results"][0]["items"]);
+    let bad = podq(&["sim", "queue", "--worklist", "spinlock"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("spinlock"), "{}", stderr(&bad));
+}
+
+#[test]
 fn ladder_prints_queue_and_latency_tables() {
     let out = podq(&[
         "sim",

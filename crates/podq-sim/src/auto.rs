@@ -113,7 +113,10 @@ impl SimAuto {
         let w = &sim.world.wqs[wq];
         for &p in &w.pools {
             let pool = &sim.world.pools[p];
-            let lock = &sim.locks[pool.lock].counts;
+            let (enqueue, dequeue) = (
+                &sim.locks[pool.lock].counts[0],
+                &sim.locks[pool.take_lock].counts[1],
+            );
             // Every item's run time is known here: measured = finished, busy exact.
             let now_counts = PoolCounts {
                 queued: pool.pushed,
@@ -121,9 +124,9 @@ impl SimAuto {
                 finished: pool.finished,
                 measured: pool.finished,
                 measured_run_ns: pool.busy_ns,
-                lock_acquisitions: lock[0].acquisitions + lock[1].acquisitions,
-                lock_contended: lock[0].contended + lock[1].contended,
-                lock_wait_ns: lock[0].wait_ns + lock[1].wait_ns,
+                lock_acquisitions: enqueue.acquisitions + dequeue.acquisitions,
+                lock_contended: enqueue.contended + dequeue.contended,
+                lock_wait_ns: enqueue.wait_ns + dequeue.wait_ns,
             };
             if self.seen.len() <= p {
                 self.seen.resize(p + 1, None);

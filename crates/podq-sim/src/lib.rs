@@ -30,7 +30,8 @@
 //! ```
 //!
 //! # What is not modelled
-//! Memory bandwidth saturation, interrupts and softirqs, the node lock of `max_active`
+//! A worker's batch take (one item per acquisition or ring claim), memory bandwidth
+//! saturation, interrupts and softirqs, the node lock of `max_active`
 //! counters, the lock of another pool taken when activating one of its items,
 //! priorities (`nice`) other than one high class for `completion`'s CQ producers, and
 //! the NFS server: it answers each request at once, so the transport is the client's
@@ -57,7 +58,7 @@ pub use cost::{CostError, CostParams, Machine};
 pub use lock::LockCounts;
 pub use slab::AllocCounts;
 pub use workload::{
-    CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, Workload, DEFAULT_IO_BYTES,
+    CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, Worklist, Workload, DEFAULT_IO_BYTES,
 };
 
 use engine::{Counters, Role, Sim};
@@ -265,10 +266,14 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         sim.events.push(controller.window_ns(), Event::Auto);
         auto = Some(controller);
     }
+    let worklist = queue.worklist;
     sim.new_wq(queue);
     if let Workload::Completion(_) = spec.workload {
         // nfsiod keeps the default scope, as in the experiments where only rpciod changed.
-        sim.new_wq(QueueSpec::new("nfsiod", Scope::BUILTIN_DEFAULT, false));
+        sim.new_wq(QueueSpec {
+            worklist,
+            ..QueueSpec::new("nfsiod", Scope::BUILTIN_DEFAULT, false)
+        });
     }
     let depth = match &spec.workload {
         Workload::Completion(c) => c.depth,
@@ -479,9 +484,9 @@ fn wq_locks(sim: &Sim, wq: usize) -> PoolLocks {
     let mut out = PoolLocks::default();
     if let Some(w) = sim.world.wqs.get(wq) {
         for &pool in &w.pools {
-            let c = &sim.locks[sim.world.pools[pool].lock].counts;
-            out.enqueue.add(&c[0]);
-            out.dequeue.add(&c[1]);
+            let p = &sim.world.pools[pool];
+            out.enqueue.add(&sim.locks[p.lock].counts[0]);
+            out.dequeue.add(&sim.locks[p.take_lock].counts[1]);
         }
     }
     out

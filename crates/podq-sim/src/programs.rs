@@ -363,7 +363,7 @@ impl Sim<'_> {
         self.counters.locality[class] += 1;
         self.threads[tid].spun = false;
         self.threads[tid].item_since = self.now;
-        let lock = self.world.pools[self.world.pwqs[pwq].pool].lock;
+        let lock = self.world.pools[self.world.pwqs[pwq].pool].take_lock;
         let tail = [
             Op::Lock(lock, crate::lock::Side::Dequeue),
             Op::Do(Act::ItemDone { pwq }),

@@ -20,6 +20,25 @@ pub struct QueueSpec {
     pub ordered: bool,
     /// The controller's window and thresholds when `scope` is `auto`.
     pub auto: crate::auto::AutoSpec,
+    /// How its pools' worklists are shared between queuers and workers.
+    pub worklist: Worklist,
+}
+
+/// How a pool's worklist is shared between the CPUs that queue onto it and its
+/// workers.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Worklist {
+    /// The kernel's: one pool lock for every push and every take, with the pool's
+    /// admission and wake-up decisions inside it.
+    #[default]
+    Locked,
+    /// podq's runtime: a pool of several CPUs has a ring whose pushes claim its tail
+    /// line and whose takes claim its head line, each a compare-and-swap with no
+    /// critical section behind it; a one-CPU pool keeps the lock. Approximations: a
+    /// claim is a lock of the model with no hold (its cost is the line's transfer, and
+    /// under contention the hand-off), and a worker's idle and wake-up bookkeeping
+    /// rides on the head line instead of the pool lock.
+    Ring,
 }
 
 impl QueueSpec {
@@ -32,6 +51,7 @@ impl QueueSpec {
             max_active: podq_policy::WQ_DFL_ACTIVE,
             ordered: false,
             auto: crate::auto::AutoSpec::default(),
+            worklist: Worklist::Locked,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::engine::{Op, Role, Sim, Tid};
 use crate::events::Ns;
 use crate::lock::Side;
 use crate::programs::{Act, Item};
-use crate::workload::QueueSpec;
+use crate::workload::{QueueSpec, Worklist};
 
 /// A per-node (or fallback) active-item counter of one workqueue.
 pub struct NodeSlot {
@@ -70,8 +70,11 @@ pub struct Pool {
     pub strict: bool,
     /// Where its workers may run.
     pub allowed: CpuSet,
-    /// Its lock.
+    /// The lock its queuers take: the pool lock, or with the ring model
+    /// ([`Worklist::Ring`]) in a pool of several CPUs the ring's tail line.
     pub lock: usize,
+    /// The lock its workers take: `lock` itself, or the ring's head line.
+    pub take_lock: usize,
     /// Items pushed onto the worklist so far.
     pub pushed: u64,
     /// Items workers took from it so far.
@@ -149,7 +152,8 @@ impl Sim<'_> {
         let mut pod_pwq = Vec::with_capacity(layout.len());
         for pod in &layout.pod_cpus {
             let mask = pod_cpumask(pod, &effective);
-            let pool = self.pool_for(mask.clone(), strict, &effective);
+            let worklist = self.world.wqs[wq].spec.worklist;
+            let pool = self.pool_for(mask.clone(), strict, &effective, worklist);
             let slot = pool_node(&mask, |c| self.topo.node_of(c))
                 .and_then(|n| nodes.iter().position(|&x| x == n))
                 .unwrap_or(nodes.len());
@@ -175,7 +179,13 @@ impl Sim<'_> {
         }
     }
 
-    fn pool_for(&mut self, pod: CpuSet, strict: bool, effective: &CpuSet) -> usize {
+    fn pool_for(
+        &mut self,
+        pod: CpuSet,
+        strict: bool,
+        effective: &CpuSet,
+        worklist: Worklist,
+    ) -> usize {
         let attrs = PoolAttrs {
             topology: 0,
             strict,
@@ -188,6 +198,12 @@ impl Sim<'_> {
         }
         let home = pod.first().and_then(|c| self.topo.node_of(c)).unwrap_or(0);
         let lock = self.new_lock(home);
+        // As the runtime's `Worklist::for_pod`: a ring only where several CPUs share it.
+        let take_lock = if worklist == Worklist::Ring && key.concurrency() > 1 {
+            self.new_lock(home)
+        } else {
+            lock
+        };
         let allowed = key.allowed_cpus().clone();
         self.world.pools.push(Pool {
             key,
@@ -195,6 +211,7 @@ impl Sim<'_> {
             strict,
             allowed,
             lock,
+            take_lock,
             pushed: 0,
             taken: 0,
             busy_ns: 0,
@@ -208,6 +225,16 @@ impl Sim<'_> {
             spin_for: IDLE_SPIN,
         });
         self.world.pools.len() - 1
+    }
+
+    /// The critical section of `pool`'s lock: none for a ring's claim.
+    fn hold(&self, pool: usize) -> f64 {
+        let p = &self.world.pools[pool];
+        if p.take_lock == p.lock {
+            self.cost.pool_hold
+        } else {
+            0.0
+        }
     }
 
     /// Prepends `ops` (in order) to thread `tid`'s operations.
@@ -281,7 +308,7 @@ impl Sim<'_> {
         }
         let out = self.kick_locked(pool);
         let lock = self.world.pools[pool].lock;
-        let hold = self.cost.pool_hold;
+        let hold = self.hold(pool);
         self.push_ops(
             tid,
             &[
@@ -391,7 +418,7 @@ impl Sim<'_> {
     pub fn spawn_worker(&mut self, creator: Tid, pool: usize) {
         let cpu = self.threads[creator].cpu;
         let p = &self.world.pools[pool];
-        let (allowed, pod, lock) = (p.allowed.clone(), p.pod.clone(), p.lock);
+        let (allowed, pod, lock) = (p.allowed.clone(), p.pod.clone(), p.take_lock);
         let hint = if pod.contains(cpu) {
             cpu
         } else {
@@ -412,8 +439,8 @@ impl Sim<'_> {
         let Role::Worker(pool) = self.threads[tid].role else {
             unreachable!("only workers take items")
         };
-        let lock = self.world.pools[pool].lock;
-        let hold = self.cost.pool_hold;
+        let lock = self.world.pools[pool].take_lock;
+        let hold = self.hold(pool);
         if let Some((item, pwq)) = self.world.pools[pool].worklist.pop_front() {
             self.world.pools[pool].taken += 1;
             let out = self.kick_locked(pool);

@@ -43,6 +43,25 @@ pub enum CqPriority {
     Normal,
 }
 
+/// `--worklist`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorklistArg {
+    /// The kernel's: the pool lock for every push and every take.
+    Locked,
+    /// podq's runtime: pools of several CPUs claim ring slots, each side on its own
+    /// line; one-CPU pools keep the lock.
+    Ring,
+}
+
+impl From<WorklistArg> for podq_sim::Worklist {
+    fn from(arg: WorklistArg) -> Self {
+        match arg {
+            WorklistArg::Locked => podq_sim::Worklist::Locked,
+            WorklistArg::Ring => podq_sim::Worklist::Ring,
+        }
+    }
+}
+
 /// `--remote-free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RemoteFreeArg {
@@ -157,6 +176,11 @@ pub struct SimArgs {
     /// `completion`: CPU time of an nfsiod item besides its allocator work.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "4us")]
     pub nfsiod_work: Duration,
+    /// How a pool's worklist is shared between queuers and workers: `locked`, the
+    /// kernel's pool lock (the model the validation runs use); `ring`, podq's runtime,
+    /// whose pools of several CPUs claim ring slots instead.
+    #[arg(long, value_enum, default_value = "locked")]
+    pub worklist: WorklistArg,
     /// Random seed: the same inputs and seed give the same results.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -428,17 +452,17 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
         };
         for &scope in &scopes {
             for &s in &strict {
-                out.push(Case {
-                    spec: backend::run_spec(
-                        workload.clone(),
-                        scope,
-                        s,
-                        &auto,
-                        length,
-                        args.warmup,
-                        args.seed,
-                    ),
-                });
+                let mut spec = backend::run_spec(
+                    workload.clone(),
+                    scope,
+                    s,
+                    &auto,
+                    length,
+                    args.warmup,
+                    args.seed,
+                );
+                spec.queue.worklist = args.worklist.into();
+                out.push(Case { spec });
             }
         }
     }

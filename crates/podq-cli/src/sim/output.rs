@@ -318,6 +318,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "alloc_cache": args.alloc_cache,
         "remote_free": format!("{:?}", args.remote_free).to_lowercase(),
         "cq_priority": format!("{:?}", args.cq_priority).to_lowercase(),
+        "worklist": format!("{:?}", args.worklist).to_lowercase(),
         "item_work": d(args.item_work),
         "cq_work": d(args.cq_work),
         "rpciod_work": d(args.rpciod_work),
