@@ -129,7 +129,7 @@ impl Simulated<'_> {
                 continue;
             };
             let (scope, strict) = podq_config(&case.config)?;
-            specs.push(run_spec(
+            let mut spec = run_spec(
                 workload,
                 scope,
                 strict,
@@ -137,7 +137,10 @@ impl Simulated<'_> {
                 length,
                 self.warmup,
                 self.seed,
-            ));
+            );
+            // The real runs beside it use the runtime's worklist.
+            spec.queue.worklist = podq_sim::Worklist::Ring;
+            specs.push(spec);
         }
         Ok(specs)
     }
