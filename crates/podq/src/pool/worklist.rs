@@ -22,6 +22,10 @@ use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
 /// floods of `podq bench throughput` no faster here.
 pub(crate) const RING_SLOTS: usize = 256;
 
+/// Spill capacity kept once the spill runs dry (48 KiB of entries): a one-CPU pool's
+/// whole list in the default `max_active` share; a larger flood's list is freed.
+const KEPT_SPILL: usize = 1024;
+
 /// How the worklist is claimed: its lock taken, or a ring position claimed, plainly or
 /// counting contention (`stats.rs`).
 pub(crate) trait Acquire {
@@ -127,8 +131,12 @@ impl<T> Worklist<T> {
         self.len.fetch_add(1, SeqCst);
     }
 
-    /// Under the worklist lock: opens the ring again once the spill ran dry.
-    fn settle(&self, spill: &VecDeque<T>) {
+    /// Under the worklist lock: once the spill ran dry, gives a flood's memory back
+    /// and opens the ring again.
+    fn settle(&self, spill: &mut VecDeque<T>) {
+        if spill.is_empty() && spill.capacity() > KEPT_SPILL {
+            spill.shrink_to(KEPT_SPILL);
+        }
         if let Some(ring) = self
             .ring
             .as_ref()
@@ -224,7 +232,7 @@ impl<T> Worklist<T> {
         let mut spill = how.acquire(&self.spill);
         let n = max.min(spill.len());
         into.extend(spill.drain(..n));
-        self.settle(&spill);
+        self.settle(&mut spill);
         self.len.fetch_sub(n, SeqCst);
         n
     }
@@ -234,7 +242,7 @@ impl<T> Worklist<T> {
         let mut spill = lock(&self.spill);
         self.close(&mut spill);
         let item = spill.iter().position(pick).and_then(|at| spill.remove(at));
-        self.settle(&spill);
+        self.settle(&mut spill);
         if item.is_some() {
             self.len.fetch_sub(1, SeqCst);
         }
@@ -246,7 +254,7 @@ impl<T> Worklist<T> {
         let mut spill = lock(&self.spill);
         self.close(&mut spill);
         spill.iter().for_each(&mut f);
-        self.settle(&spill);
+        self.settle(&mut spill);
     }
 }
 
@@ -291,6 +299,29 @@ mod tests {
 
         fn claimed(&self, _retried: bool) {
             self.claims.set(self.claims.get() + 1);
+        }
+    }
+
+    #[test]
+    fn a_flood_gives_its_spill_memory_back_once_taken() {
+        // A one-CPU pool's list is the spill alone; a pool with a ring spills past it.
+        for slots in [0, 4] {
+            let list = Worklist::with_capacity(slots);
+            let how = Counting::default();
+            list.push_many(0..20 * KEPT_SPILL, &how);
+            assert!(lock(&list.spill).capacity() >= 19 * KEPT_SPILL);
+            let mut out = VecDeque::new();
+            while list.take_batch(|n| n.min(100), &mut out, &how) > 0 {}
+            assert_eq!(
+                out,
+                (0..20 * KEPT_SPILL).collect::<VecDeque<_>>(),
+                "{slots}"
+            );
+            assert!(
+                lock(&list.spill).capacity() <= KEPT_SPILL,
+                "kept {} entries",
+                lock(&list.spill).capacity()
+            );
         }
     }
 
