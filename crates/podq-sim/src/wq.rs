@@ -149,10 +149,10 @@ impl Sim<'_> {
             .expect("a concrete scope of a valid topology has pods");
         let effective = self.world.wqs[wq].unbound.clone();
         let nodes = self.topo.nodes();
+        let worklist = self.world.wqs[wq].spec.worklist;
         let mut pod_pwq = Vec::with_capacity(layout.len());
         for pod in &layout.pod_cpus {
             let mask = pod_cpumask(pod, &effective);
-            let worklist = self.world.wqs[wq].spec.worklist;
             let pool = self.pool_for(mask.clone(), strict, &effective, worklist);
             let slot = pool_node(&mask, |c| self.topo.node_of(c))
                 .and_then(|n| nodes.iter().position(|&x| x == n))
