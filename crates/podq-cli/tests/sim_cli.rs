@@ -354,6 +354,54 @@ fn bench_with_sim_prints_real_and_simulated_side_by_side() {
     }
 }
 
+/// The side-by-side table names the `podq sim` options where its defaults differ from
+/// bench's; `podq sim` given them reproduces the simulated figure exactly.
+#[test]
+fn bench_with_sim_names_the_sim_command_that_reproduces_it() {
+    let length = ["--scopes", "cpu", "--strict", "off", "--items", "3000"];
+    let mut bench = vec!["bench", "throughput", "--systems", "podq", "--rounds", "1"];
+    bench.extend(["--topology", "fake:1s2c1t", "--sim", "xeon-12c", "-q"]);
+    bench.extend(length);
+    let out = podq(&bench);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let header = text
+        .lines()
+        .find(|l| l.starts_with("real against simulated"))
+        .unwrap_or_else(|| panic!("{text}"));
+    let command = header
+        .split_once("(podq ")
+        .and_then(|(_, rest)| rest.split_once(';'))
+        .map(|(command, _)| command)
+        .unwrap_or_else(|| panic!("{header}"));
+    assert!(command.contains("--item-work 0s"), "{header}");
+    // test, scope, real items/s (value unit), sim items/s (value unit), ...
+    let rate = |row: &str| row.split_whitespace().nth(4).unwrap().to_owned();
+    let simulated = text
+        .lines()
+        .skip_while(|l| !l.starts_with("real against simulated"))
+        .find(|l| l.starts_with("throughput_work  cpu"))
+        .map(|row| format!("{} M", rate(row)))
+        .unwrap_or_else(|| panic!("{text}"));
+    let mut sim: Vec<&str> = command.split_whitespace().collect();
+    sim.insert(1, "throughput");
+    sim.extend(length);
+    sim.push("-q");
+    let out = podq(&sim);
+    assert!(out.status.success(), "{sim:?}: {}", stderr(&out));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    let row = table
+        .lines()
+        .find(|l| l.starts_with("cpu "))
+        .unwrap_or_else(|| panic!("{table}"));
+    let direct: Vec<&str> = row.split_whitespace().collect();
+    assert_eq!(
+        format!("{} {}", direct[1], direct[2]),
+        simulated,
+        "{sim:?}\n{table}\n{text}"
+    );
+}
+
 #[test]
 fn output_paths_are_checked_before_the_simulation() {
     // Checked after the run, these would print a table first (and take minutes).

@@ -111,6 +111,11 @@ thread_local! {
 /// cannot wait for itself: the drop returns at once, and the items still queued run
 /// afterwards, after which the pools stop and their workers exit on their own.
 ///
+/// The drop waits as long as the items take, as `destroy_workqueue` does: if no worker
+/// thread can be created (a thread limit) and the workqueue has no rescuer
+/// ([`WorkqueueBuilder::rescuer`]), its queued items wait for the pool's retries, and
+/// so does the drop. [`Workqueue::shutdown`] bounds the wait and says what is left.
+///
 /// Process exit never waits for podq: workers and the timer are ordinary threads that
 /// exit with the process. Items still queued, running or on the timer at that moment
 /// do not run; drop (or flush) workqueues before leaving `main` to run them.

@@ -86,8 +86,23 @@ pub fn side_by_side(
             ]
         })
         .collect();
+    // The `podq sim` options that give these simulated runs, where its defaults differ
+    // from bench's: its items cost 100 ns by default (bench's none beyond the closure),
+    // its CQ producers preempt the workers.
+    let work = |flag: &str, d: Duration| format!(" {flag} {}", humantime::format_duration(d));
+    let mut same = format!("--worklist ring{}", work("--item-work", bench.item_work));
+    if bench.workload == Workload::Completion {
+        same.push_str(" --cq-priority normal");
+        for (flag, d) in [
+            ("--cq-work", bench.cq_work),
+            ("--rpciod-work", bench.rpciod_work),
+            ("--nfsiod-work", bench.nfsiod_work),
+        ] {
+            same.push_str(&work(flag, d));
+        }
+    }
     Ok(format!(
-        "\nreal against simulated (podq sim --machine {machine} --topology {topology}; latency: queue call, clat or I/O)\n{}",
+        "\nreal against simulated (podq sim --machine {machine} --topology {topology} {same}; latency: queue call, clat or I/O)\n{}",
         report::table(
             &["test", "scope", "real items/s", "sim items/s", "real p50", "sim p50", "real p99", "sim p99"],
             &rows,

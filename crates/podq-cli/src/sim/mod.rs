@@ -159,7 +159,9 @@ pub struct SimArgs {
     /// `completion`: which frees are remote.
     #[arg(long, value_enum, default_value = "cpu")]
     pub remote_free: RemoteFreeArg,
-    /// CPU time of an item of `queue`, `latency` and `throughput`.
+    /// CPU time of an item of `queue`, `latency` and `throughput`. The default stands
+    /// for a small item; `podq bench`'s items spend none beyond their closure
+    /// (`--item-work 0s` there), which `podq bench X --sim` simulates as it is.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "100ns")]
     pub item_work: Duration,
     /// `completion`: the CQ producers' priority: `high` preempts the workers on their
