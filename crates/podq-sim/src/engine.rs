@@ -25,7 +25,7 @@ use crate::cost::CostParams;
 use crate::distance::{c2c, Distance, Distances};
 use crate::events::{to_ns, Event, EventQueue, Ns};
 use crate::lock::{Lock, Side};
-use crate::programs::{Act, World};
+use crate::programs::{Act, Item, World};
 use crate::rng::Rng;
 
 /// Thread id.
@@ -101,6 +101,8 @@ pub struct Thread {
     pub held: u32,
     /// Worker: when its current item started.
     pub item_since: Ns,
+    /// Worker: items it took beyond the one it runs, with their pwqs, oldest first.
+    pub batch: VecDeque<(Item, usize)>,
     /// When it became runnable without a CPU (queued or migrating), if it is.
     pub runnable_since: Option<Ns>,
     /// High priority (a `WQ_HIGHPRI` kworker's nice -20): preempts a normal thread on
@@ -270,6 +272,7 @@ impl<'t> Sim<'t> {
             spinning: false,
             held: 0,
             item_since: 0,
+            batch: VecDeque::new(),
             runnable_since: None,
             high: false,
             computing: None,

@@ -30,8 +30,7 @@
 //! ```
 //!
 //! # What is not modelled
-//! A worker's batch take (one item per acquisition or ring claim), memory bandwidth
-//! saturation, interrupts and softirqs, the node lock of `max_active`
+//! Memory bandwidth saturation, interrupts and softirqs, the node lock of `max_active`
 //! counters, the lock of another pool taken when activating one of its items,
 //! priorities (`nice`) other than one high class for `completion`'s CQ producers, and
 //! the NFS server: it answers each request at once, so the transport is the client's

@@ -363,12 +363,14 @@ impl Sim<'_> {
         self.counters.locality[class] += 1;
         self.threads[tid].spun = false;
         self.threads[tid].item_since = self.now;
-        let lock = self.world.pools[self.world.pwqs[pwq].pool].take_lock;
-        let tail = [
-            Op::Lock(lock, crate::lock::Side::Dequeue),
-            Op::Do(Act::ItemDone { pwq }),
-        ];
-        self.push_ops(tid, &tail);
+        // The next item of the worker's batch follows without a look at the worklist.
+        let done = Op::Do(Act::ItemDone { pwq });
+        if self.threads[tid].batch.is_empty() {
+            let lock = self.world.pools[self.world.pwqs[pwq].pool].take_lock;
+            self.push_ops(tid, &[Op::Lock(lock, crate::lock::Side::Dequeue), done]);
+        } else {
+            self.push_ops(tid, &[done]);
+        }
         match (item.kind, &self.world.workload) {
             (
                 ItemKind::Wake(_) | ItemKind::Slot(_),

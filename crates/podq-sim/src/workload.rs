@@ -34,10 +34,12 @@ pub enum Worklist {
     Locked,
     /// podq's runtime: a pool of several CPUs has a ring whose pushes claim its tail
     /// line and whose takes claim its head line, each a compare-and-swap with no
-    /// critical section behind it; a one-CPU pool keeps the lock. Approximations: a
-    /// claim is a lock of the model with no hold (its cost is the line's transfer, and
-    /// under contention the hand-off), and a worker's idle and wake-up bookkeeping
-    /// rides on the head line instead of the pool lock.
+    /// critical section behind it; a one-CPU pool keeps the lock. In every pool a
+    /// worker takes its share of the waiting items per acquisition
+    /// (`podq_policy::batch_take`) and runs them before it looks again.
+    /// Approximations: a claim is a lock of the model with no hold (its cost is the
+    /// line's transfer, and under contention the hand-off), and a worker's idle and
+    /// wake-up bookkeeping rides on the head line instead of the pool lock.
     Ring,
 }
 

@@ -6,9 +6,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use podq_policy::{
-    activation, admit, free_slots, idle_step, kick, may_activate, node_limits, pick_idle, pick_pwq,
-    pod_cpumask, pool_key, pool_node, reap, Activation, Admission, IdleStep, IdleWorkers, Kick,
-    PoolAttrs, PoolKey, PoolLoad, PwqChoice, PwqQueue, IDLE_SPIN, IDLE_WORKER_TIMEOUT,
+    activation, admit, batch_take, free_slots, idle_step, kick, may_activate, node_limits,
+    pick_idle, pick_pwq, pod_cpumask, pool_key, pool_node, reap, Activation, Admission, IdleStep,
+    IdleWorkers, Kick, PoolAttrs, PoolKey, PoolLoad, PwqChoice, PwqQueue, IDLE_SPIN,
+    IDLE_WORKER_TIMEOUT,
 };
 use podq_topology::{CpuSet, Scope};
 
@@ -75,6 +76,9 @@ pub struct Pool {
     pub lock: usize,
     /// The lock its workers take: `lock` itself, or the ring's head line.
     pub take_lock: usize,
+    /// Its workers take their share of the waiting items per acquisition
+    /// (`batch_take`, the runtime's), not one (the kernel's).
+    pub batches: bool,
     /// Items pushed onto the worklist so far.
     pub pushed: u64,
     /// Items workers took from it so far.
@@ -212,6 +216,7 @@ impl Sim<'_> {
             allowed,
             lock,
             take_lock,
+            batches: worklist == Worklist::Ring,
             pushed: 0,
             taken: 0,
             busy_ns: 0,
@@ -441,8 +446,16 @@ impl Sim<'_> {
         };
         let lock = self.world.pools[pool].take_lock;
         let hold = self.hold(pool);
-        if let Some((item, pwq)) = self.world.pools[pool].worklist.pop_front() {
-            self.world.pools[pool].taken += 1;
+        let p = &mut self.world.pools[pool];
+        if let Some((item, pwq)) = p.worklist.pop_front() {
+            let share = if p.batches {
+                batch_take(p.worklist.len() + 1, p.key.concurrency())
+            } else {
+                1
+            };
+            let rest = p.worklist.drain(..share - 1);
+            self.threads[tid].batch.extend(rest);
+            self.world.pools[pool].taken += share as u64;
             let out = self.kick_locked(pool);
             self.push_ops(
                 tid,
@@ -528,8 +541,9 @@ impl Sim<'_> {
         self.worker_take(tid);
     }
 
-    /// Under the pool lock after an item: release its active slot, activate the next
-    /// waiting item of that node counter, then look for more work.
+    /// After an item (under the pool lock unless the worker's batch has more): release
+    /// its active slot, activate the next waiting item of that node counter, then run
+    /// the batch's next item or look for more work.
     pub fn item_done(&mut self, tid: Tid, pwq: usize) {
         let pool = self.world.pwqs[pwq].pool;
         self.world.pools[pool].busy_ns += self.now - self.threads[tid].item_since;
@@ -537,7 +551,10 @@ impl Sim<'_> {
         let (wq, slot) = (self.world.pwqs[pwq].wq, self.world.pwqs[pwq].slot);
         self.world.wqs[wq].slots[slot].nr -= 1;
         self.activate_pending(tid, wq, slot);
-        self.worker_take(tid);
+        match self.threads[tid].batch.pop_front() {
+            Some((item, pwq)) => self.push_ops(tid, &[Op::Do(Act::RunItem { item, pwq })]),
+            None => self.worker_take(tid),
+        }
     }
 
     fn activate_pending(&mut self, tid: Tid, wq: usize, slot: usize) {

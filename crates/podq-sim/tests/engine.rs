@@ -104,9 +104,60 @@ fn queue_with(machine_name: &str, scope: Scope, worklist: Worklist) -> SimOutput
     run(&topo, &params, &spec)
 }
 
+/// `throughput` on a machine of two CPUs (as this project's), on `scope`, with
+/// `worklist`: producers and workers share the CPUs, so items wait for a worker.
+fn throughput_with(scope: Scope, worklist: Worklist, length: RunLength) -> SimOutput {
+    let (_, params) = machine("xeon-12c");
+    let topo = Topology::synthetic("1s2c1t").unwrap();
+    let spec = RunSpec {
+        workload: Workload::Throughput {
+            producer_cpus: vec![0, 1],
+            depth: 64,
+            item_ns: 0,
+        },
+        queue: QueueSpec {
+            worklist,
+            ..QueueSpec::new("q", scope, false)
+        },
+        length,
+        warmup: 0,
+        seed: 1,
+    };
+    run(&topo, &params, &spec)
+}
+
+#[test]
+fn runtime_workers_take_a_share_per_look_and_run_each_item_once() {
+    // The kernel's worker looks at the worklist once per item; the runtime's takes its
+    // share (`batch_take`) and runs it without looking again.
+    for scope in [Scope::Cpu, Scope::Cache] {
+        let length = RunLength::Items(20_000);
+        let locked = &throughput_with(scope, Worklist::Locked, length).segments[0];
+        let ring = &throughput_with(scope, Worklist::Ring, length).segments[0];
+        for s in [locked, ring] {
+            assert_eq!(s.items, 2 * 20_000, "{scope}");
+            assert_eq!(
+                s.counters.locality.iter().sum::<u64>(),
+                2 * 20_000,
+                "{scope}"
+            );
+        }
+        let looks = |s: &podq_sim::SegmentOutput| s.pool_locks.dequeue.acquisitions;
+        assert!(looks(locked) >= locked.items, "{scope}: {}", looks(locked));
+        assert!(
+            looks(ring) * 4 < ring.items,
+            "{scope}: {} looks for {} items",
+            looks(ring),
+            ring.items
+        );
+        assert!(ring.seconds < locked.seconds, "{scope}");
+    }
+}
+
 #[test]
 fn a_one_cpu_pool_keeps_the_lock_under_the_ring_model() {
-    // `cpu` pods have one CPU each: no ring, so the two models are the same run.
+    // `cpu` pods have one CPU each: no ring, and with one item in flight per
+    // producer a worker's share is that item, so the two models are the same run.
     let locked = queue_with("xeon-12c", Scope::Cpu, Worklist::Locked);
     let ring = queue_with("xeon-12c", Scope::Cpu, Worklist::Ring);
     assert_eq!(digest(&locked), digest(&ring));
