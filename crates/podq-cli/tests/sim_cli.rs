@@ -262,6 +262,15 @@ fn input_the_simulator_refuses_is_named() {
             &["sim", "completion", "--io-size", "0"][..],
             "--io-size 0: an I/O's payload is 1 to 1073741824 bytes",
         ),
+        // The allocator model's limits, as `podq bench` has them.
+        (
+            &["sim", "completion", "--object-size", "0"][..],
+            "--object-size 0 is out of range 1..=4096 bytes",
+        ),
+        (
+            &["sim", "completion", "--alloc-cache", "1"][..],
+            "--alloc-cache must be at least 2 objects",
+        ),
     ] {
         let out = podq(args);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));

@@ -21,6 +21,7 @@ use podq_topology::Topology;
 use serde::Serialize;
 
 use super::system::LockCounts;
+use super::usage;
 
 /// When a free takes the node lock.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -43,6 +44,27 @@ pub struct AllocConfig {
     /// Which frees are remote.
     pub remote: RemoteRule,
 }
+
+/// Checks `--object-size` and `--alloc-cache`, for `podq bench` and `podq sim` alike.
+pub fn check_options(object_size: usize, cache_size: usize) -> Result<()> {
+    if !(1..=MAX_OBJECT_SIZE).contains(&object_size) {
+        return Err(usage(format!(
+            "--object-size {object_size} is out of range 1..={MAX_OBJECT_SIZE} bytes"
+        )));
+    }
+    if cache_size < MIN_CACHE_SIZE {
+        return Err(usage(format!(
+            "--alloc-cache must be at least {MIN_CACHE_SIZE} objects"
+        )));
+    }
+    Ok(())
+}
+
+/// The largest object the model writes: a page.
+const MAX_OBJECT_SIZE: usize = 4096;
+
+/// A CPU cache refills and flushes in halves, so it holds at least two objects.
+const MIN_CACHE_SIZE: usize = 2;
 
 /// Counters, as sampled by [`AllocModel::counts`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
@@ -167,12 +189,12 @@ impl AllocModel {
     /// over the node lists. `capacity` must cover the objects in flight plus what the
     /// CPU caches can hold, or allocation waits for frees.
     pub fn new(topology: &Topology, config: AllocConfig, capacity: usize) -> Result<AllocModel> {
-        if config.cache_size < 2 {
-            bail!("allocator cache size must be at least 2 objects");
+        if config.cache_size < MIN_CACHE_SIZE {
+            bail!("allocator cache size must be at least {MIN_CACHE_SIZE} objects");
         }
-        if config.object_size == 0 || config.object_size > 4096 {
+        if config.object_size == 0 || config.object_size > MAX_OBJECT_SIZE {
             bail!(
-                "allocator object size {} is out of range 1..=4096 bytes",
+                "allocator object size {} is out of range 1..={MAX_OBJECT_SIZE} bytes",
                 config.object_size
             );
         }

@@ -498,15 +498,7 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if args.depth == 0 {
         return Err(usage("--depth must be at least 1"));
     }
-    if !(1..=4096).contains(&args.object_size) {
-        return Err(usage(format!(
-            "--object-size {} is out of range 1..=4096 bytes",
-            args.object_size
-        )));
-    }
-    if args.alloc_cache < 2 {
-        return Err(usage("--alloc-cache must be at least 2 objects"));
-    }
+    alloc_model::check_options(args.object_size, args.alloc_cache)?;
     if args.cq == Some(0) {
         return Err(usage("--cq must be at least 1"));
     }

@@ -326,6 +326,7 @@ fn validate(args: &SimArgs) -> Result<()> {
     if args.depth == Some(0) {
         return Err(usage("--depth must be at least 1"));
     }
+    crate::bench::alloc_model::check_options(args.object_size, args.alloc_cache)?;
     let only = |set: bool, name: &str, workloads: &[SimWorkload]| -> Result<()> {
         if set && !workloads.contains(&args.workload) {
             return Err(usage(
