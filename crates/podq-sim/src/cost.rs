@@ -257,6 +257,56 @@ pub fn machine(name: &str) -> Option<Machine> {
     })
 }
 
+/// The largest value a parameter of `unit` may take, and the error's words: beyond
+/// them a run would only wait or overflow its clock.
+fn ceiling(unit: &str) -> Option<(f64, &'static str)> {
+    Some(match unit {
+        "ns" => (
+            crate::MAX_VIRTUAL_NS as f64,
+            "must be at most 10 s, the longest simulated run",
+        ),
+        "lines" | "misses" | "frees" => (1e6, "must be at most a million"),
+        "x c2c" => (1e3, "must be at most 1000"),
+        "GB/s" => (1e6, "must be at most 10^6 GB/s"),
+        _ => return None,
+    })
+}
+
+/// A value as written in a cost file, in exponent form when it is huge or tiny.
+fn shown(value: f64) -> String {
+    if value != 0.0 && !(1e-6..1e12).contains(&value.abs()) {
+        format!("{value:e}")
+    } else {
+        value.to_string()
+    }
+}
+
+/// The name-value pairs of a JSON object, in the order written, repeats kept.
+struct Entries(Vec<(String, serde_json::Value)>);
+
+impl<'de> serde::Deserialize<'de> for Entries {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Pairs;
+        impl<'de> serde::de::Visitor<'de> for Pairs {
+            type Value = Entries;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> Result<Entries, A::Error> {
+                let mut pairs = Vec::new();
+                while let Some(pair) = map.next_entry()? {
+                    pairs.push(pair);
+                }
+                Ok(Entries(pairs))
+            }
+        }
+        deserializer.deserialize_map(Pairs)
+    }
+}
+
 /// A bad `--cost` file.
 #[derive(Debug, thiserror::Error)]
 pub enum CostError {
@@ -266,6 +316,9 @@ pub enum CostError {
     /// The top level is not an object.
     #[error("cost file must be a JSON object of parameter names to numbers")]
     NotObject,
+    /// A parameter given twice.
+    #[error("cost file: parameter `{0}` is given twice")]
+    Twice(String),
     /// A name that is no parameter.
     #[error("cost file: unknown parameter `{0}` (see `podq sim --print-cost`)")]
     Unknown(String),
@@ -278,7 +331,7 @@ pub enum CostError {
         value: String,
     },
     /// A negative or non-finite value, or one out of its range.
-    #[error("cost file: parameter `{name}` = {value} is out of range: {reason}")]
+    #[error("cost file: parameter `{name}` = {} is out of range: {reason}", shown(*.value))]
     OutOfRange {
         /// The parameter.
         name: String,
@@ -297,8 +350,17 @@ impl CostParams {
     /// `complete` every one of them (a missing one is then an error).
     pub fn apply_json(&mut self, text: &str, complete: bool) -> Result<(), CostError> {
         let value: serde_json::Value = serde_json::from_str(text)?;
-        let map = value.as_object().ok_or(CostError::NotObject)?;
-        for (name, v) in map {
+        if !value.is_object() {
+            return Err(CostError::NotObject);
+        }
+        // A JSON object keeps the last of repeated names: read the pairs as written.
+        let Entries(entries) = serde_json::from_str(text)?;
+        let mut seen: Vec<&str> = Vec::new();
+        for (name, v) in &entries {
+            if seen.contains(&name.as_str()) {
+                return Err(CostError::Twice(name.clone()));
+            }
+            seen.push(name);
             if self.get(name).is_none() {
                 return Err(CostError::Unknown(name.clone()));
             }
@@ -309,7 +371,7 @@ impl CostParams {
             self.set(name, number);
         }
         if complete {
-            if let Some(p) = PARAMS.iter().find(|p| !map.contains_key(p.name)) {
+            if let Some(p) = PARAMS.iter().find(|p| !seen.contains(&p.name)) {
                 return Err(CostError::Missing(p.name.to_owned()));
             }
         }
@@ -330,6 +392,11 @@ impl CostParams {
             }
             if value < 0.0 {
                 return Err(bad("negative"));
+            }
+            if let Some((most, reason)) = ceiling(p.unit) {
+                if value > most {
+                    return Err(bad(reason));
+                }
             }
             match p.name {
                 "smt_speed" if value == 0.0 || value > 1.0 => return Err(bad("must be in (0, 1]")),
@@ -415,6 +482,10 @@ mod tests {
         assert!(err(r#"{"nic_rate": 0}"#, false).contains("at least 0.001 GB/s"));
         assert!(err(r#"{"wake": 1}"#, true).contains("`c2c_smt` is missing"));
         assert!(err("{", false).contains("not valid JSON"));
+        assert!(err(r#"{"wake": 1, "wake": 2}"#, false).contains("`wake` is given twice"));
+        assert!(err(r#"{"wake": 1e308}"#, false)
+            .contains("`wake` = 1e308 is out of range: must be at most 10 s"));
+        assert!(err(r#"{"hot_lines": 1e12}"#, false).contains("at most a million"));
     }
 
     #[test]
