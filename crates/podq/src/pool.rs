@@ -13,6 +13,7 @@ use std::collections::VecDeque;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crossbeam_utils::CachePadded;
 use podq_topology::{CpuSet, Topology};
 
 use crate::attrs::PoolKey;
@@ -243,13 +244,17 @@ pub(crate) struct PoolCore {
     concurrency: usize,
     /// I: idle time after which surplus workers exit.
     idle_timeout: Duration,
+    // The three parts every item touches each have lines of their own: packed with one
+    // another and with the read-only fields, a queuer's push invalidated what a worker
+    // on another CPU was reading (spawn on `cpu` 5–10% slower once the worklist grew
+    // by a pointer; padded, the open loop ran 1–11% faster in alternating sets).
     /// L: the pool lock.
-    state: Mutex<PoolState>,
+    state: CachePadded<Mutex<PoolState>>,
     /// K, A: runnable items (a lock-free ring and, for what it cannot take, their own
     /// lock: `worklist.rs`).
-    worklist: Worklist<Entry>,
+    worklist: CachePadded<Worklist<Entry>>,
     /// A: counts readable without the pool lock.
-    counts: Counts,
+    counts: CachePadded<Counts>,
     /// A: counters.
     pub(crate) stats: PoolCounters,
     /// J: join handles of started workers.
@@ -290,9 +295,9 @@ impl Pool {
                 pod_real,
                 virt_of_real,
                 idle_timeout,
-                state: Mutex::new(PoolState::default()),
-                worklist: Worklist::for_pod(concurrency),
-                counts: Counts::default(),
+                state: CachePadded::new(Mutex::new(PoolState::default())),
+                worklist: CachePadded::new(Worklist::for_pod(concurrency)),
+                counts: CachePadded::default(),
                 stats: PoolCounters::default(),
                 joins: unmodelled::Mutex::new(Vec::new()),
                 threads,
