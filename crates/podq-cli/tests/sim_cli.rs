@@ -363,6 +363,20 @@ fn bench_with_sim_prints_real_and_simulated_side_by_side() {
     }
 }
 
+/// The output of a `podq` run that must succeed.
+fn stdout_of(args: &[&str]) -> String {
+    let out = podq(args);
+    assert!(out.status.success(), "{args:?}: {}", stderr(&out));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// The first line of `text` that starts with `prefix`.
+fn line_starting<'a>(text: &'a str, prefix: &str) -> &'a str {
+    text.lines()
+        .find(|l| l.starts_with(prefix))
+        .unwrap_or_else(|| panic!("no line starts with {prefix:?}:\n{text}"))
+}
+
 /// The side-by-side table names the `podq sim` options where its defaults differ from
 /// bench's; `podq sim` given them reproduces the simulated figure exactly.
 #[test]
@@ -371,13 +385,8 @@ fn bench_with_sim_names_the_sim_command_that_reproduces_it() {
     let mut bench = vec!["bench", "throughput", "--systems", "podq", "--rounds", "1"];
     bench.extend(["--topology", "fake:1s2c1t", "--sim", "xeon-12c", "-q"]);
     bench.extend(length);
-    let out = podq(&bench);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let header = text
-        .lines()
-        .find(|l| l.starts_with("real against simulated"))
-        .unwrap_or_else(|| panic!("{text}"));
+    let text = stdout_of(&bench);
+    let header = line_starting(&text, "real against simulated");
     let command = header
         .split_once("(podq ")
         .and_then(|(_, rest)| rest.split_once(';'))
@@ -396,14 +405,8 @@ fn bench_with_sim_names_the_sim_command_that_reproduces_it() {
     sim.insert(1, "throughput");
     sim.extend(length);
     sim.push("-q");
-    let out = podq(&sim);
-    assert!(out.status.success(), "{sim:?}: {}", stderr(&out));
-    let table = String::from_utf8_lossy(&out.stdout).into_owned();
-    let row = table
-        .lines()
-        .find(|l| l.starts_with("cpu "))
-        .unwrap_or_else(|| panic!("{table}"));
-    let direct: Vec<&str> = row.split_whitespace().collect();
+    let table = stdout_of(&sim);
+    let direct: Vec<&str> = line_starting(&table, "cpu ").split_whitespace().collect();
     assert_eq!(
         format!("{} {}", direct[1], direct[2]),
         simulated,
