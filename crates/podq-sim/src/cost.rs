@@ -349,12 +349,12 @@ impl CostParams {
     /// Applies the overrides of a `--cost` JSON object: a subset of parameters, or with
     /// `complete` every one of them (a missing one is then an error).
     pub fn apply_json(&mut self, text: &str, complete: bool) -> Result<(), CostError> {
-        let value: serde_json::Value = serde_json::from_str(text)?;
-        if !value.is_object() {
-            return Err(CostError::NotObject);
-        }
-        // A JSON object keeps the last of repeated names: read the pairs as written.
-        let Entries(entries) = serde_json::from_str(text)?;
+        // Read as pairs, as written: a JSON object would keep the last of repeated names.
+        // Valid JSON of another type than an object is a data error.
+        let Entries(entries) = serde_json::from_str(text).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => CostError::NotObject,
+            _ => CostError::Json(e),
+        })?;
         let mut seen: Vec<&str> = Vec::new();
         for (name, v) in &entries {
             if seen.contains(&name.as_str()) {

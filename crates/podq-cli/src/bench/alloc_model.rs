@@ -189,15 +189,7 @@ impl AllocModel {
     /// over the node lists. `capacity` must cover the objects in flight plus what the
     /// CPU caches can hold, or allocation waits for frees.
     pub fn new(topology: &Topology, config: AllocConfig, capacity: usize) -> Result<AllocModel> {
-        if config.cache_size < MIN_CACHE_SIZE {
-            bail!("allocator cache size must be at least {MIN_CACHE_SIZE} objects");
-        }
-        if config.object_size == 0 || config.object_size > MAX_OBJECT_SIZE {
-            bail!(
-                "allocator object size {} is out of range 1..={MAX_OBJECT_SIZE} bytes",
-                config.object_size
-            );
-        }
+        check_options(config.object_size, config.cache_size)?;
         let Ok(capacity_u32) = u32::try_from(capacity) else {
             bail!("allocator capacity {capacity} is too large");
         };
