@@ -115,8 +115,10 @@ cost_params! {
     balance_interval: "ns",
     /// Work under a pool lock besides line transfers: list operation and the kick decision (estimate).
     pool_hold: "ns",
-    /// A queue call's work outside the lock: pending bit, pod lookup (estimate).
+    /// A queue call's work outside the lock or claim: pending bit, pwq choice, in-flight count, accounting (measured on podq's runtime, 2-CPU EPYC guest: `podq bench throughput --scopes cpu` with re-queued items runs 270 ns of CPU per run unprofiled; in 7 perf runs a producer's samples outside its ring claim and its yields are 85-103 ns of it, median 96, with one coalesced call beside each accepted one: 90 ns).
     queue_call: "ns",
+    /// A worker's own work per item besides the item and its claims: the start and finish of its state, its accounting, its completion (measured on podq's runtime as `queue_call`: a worker's samples outside its claims and yields, 93-110 ns of the 270, median 95).
+    item_dispatch: "ns",
     /// Relative spread of every computed duration, uniform in +/- this share (estimate; breaks lock-step).
     jitter: "share",
     /// `completion`'s transport: data rate of the client's RDMA port, which every I/O's payload crosses in turn: one 200 Gb/s HDR/200GbE port, 25 GB/s (datasheet, not in the reference: NVIDIA ConnectX-6 VPI adapter manual, up to 200 Gb/s per port in a PCIe Gen4 x16 slot).
@@ -174,7 +176,8 @@ fn xeon_2s24c() -> CostParams {
         thread_create: 25_000.0,
         balance_interval: 4_000_000.0,
         pool_hold: 40.0,
-        queue_call: 30.0,
+        queue_call: 90.0,
+        item_dispatch: 100.0,
         jitter: 0.05,
         // The client's NIC, not its CPU: every profile carries the same one.
         nic_rate: 25.0,
@@ -455,7 +458,7 @@ mod tests {
 
     #[test]
     fn every_parameter_documents_its_unit_and_source() {
-        assert_eq!(PARAMS.len(), 34);
+        assert_eq!(PARAMS.len(), 35);
         for p in PARAMS {
             assert!(!p.unit.is_empty() && p.doc.len() > 20, "{}", p.name);
         }

@@ -371,6 +371,8 @@ impl Sim<'_> {
         } else {
             self.push_ops(tid, &[done]);
         }
+        // The worker's own per-item work joins the item's compute step: no extra event.
+        let dispatch = self.cost.item_dispatch;
         match (item.kind, &self.world.workload) {
             (
                 ItemKind::Wake(_) | ItemKind::Slot(_),
@@ -378,12 +380,12 @@ impl Sim<'_> {
                 | Workload::Latency { item_ns, .. }
                 | Workload::Throughput { item_ns, .. },
             ) => {
-                let ns = *item_ns as f64;
+                let ns = dispatch + *item_ns as f64;
                 self.push_ops(tid, &[Op::Compute(ns), Op::Do(Act::ItemEnd(item))]);
             }
             (ItemKind::Rpc(io), Workload::Completion(c)) => {
                 let read = buf4k(&self.cost, self.distance(self.world.ios[io].writer, cpu));
-                let work = read + c.rpciod_ns as f64;
+                let work = dispatch + read + c.rpciod_ns as f64;
                 self.push_ops(
                     tid,
                     &[
@@ -401,7 +403,7 @@ impl Sim<'_> {
                 );
             }
             (ItemKind::Nfs(io), Workload::Completion(c)) => {
-                let work = c.nfsiod_ns as f64;
+                let work = dispatch + c.nfsiod_ns as f64;
                 self.push_ops(
                     tid,
                     &[
