@@ -155,6 +155,37 @@ fn runtime_workers_take_a_share_per_look_and_run_each_item_once() {
 }
 
 #[test]
+fn a_worker_pays_its_own_work_for_every_item_it_runs() {
+    // `item_dispatch` is the worker's CPU time per item beyond the item itself (which is
+    // 0 here): two CPUs cannot run 40 000 items in less than 40 000 x it / 2.
+    let (_, mut params) = machine("xeon-12c");
+    let topo = Topology::synthetic("1s2c1t").unwrap();
+    let spec = |params: &podq_sim::CostParams| {
+        let spec = RunSpec {
+            workload: Workload::Throughput {
+                producer_cpus: vec![0, 1],
+                depth: 64,
+                item_ns: 0,
+            },
+            queue: QueueSpec::new("q", Scope::Cpu, false),
+            length: RunLength::Items(20_000),
+            warmup: 0,
+            seed: 1,
+        };
+        let s = &run(&topo, params, &spec).segments[0];
+        (s.items, s.seconds)
+    };
+    params.item_dispatch = 0.0;
+    let free = spec(&params);
+    params.item_dispatch = 2_000.0;
+    let paid = spec(&params);
+    assert_eq!((free.0, paid.0), (40_000, 40_000));
+    let floor = 40_000.0 * 2_000e-9 / 2.0;
+    assert!(paid.1 >= floor, "{} s < {floor} s", paid.1);
+    assert!(free.1 * 2.0 < paid.1, "{} s against {} s", free.1, paid.1);
+}
+
+#[test]
 fn a_one_cpu_pool_keeps_the_lock_under_the_ring_model() {
     // `cpu` pods have one CPU each: no ring, and with one item in flight per
     // producer a worker's share is that item, so the two models are the same run.
