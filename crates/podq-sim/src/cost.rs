@@ -2,8 +2,10 @@
 //! source, and the machine profiles that give them values.
 //!
 //! Sources are the hardware measurements collected in the project's cost-model
-//! reference (`reference/cost-model.md`, cited here by section). None is taken from a
-//! published workqueue or NFS result: those are what the simulator predicts.
+//! reference (`reference/cost-model.md`, cited here by section), and for the CPU time
+//! of podq's own path per queue call and per run (`queue_call`, `item_dispatch`),
+//! profiles of podq's runtime. None is taken from a published workqueue or NFS result:
+//! those are what the simulator predicts.
 //! "(estimate)" marks a value with no measurement behind it; sweep those first.
 
 use std::fmt::Write as _;
