@@ -104,10 +104,14 @@ fn queue_with(machine_name: &str, scope: Scope, worklist: Worklist) -> SimOutput
     run(&topo, &params, &spec)
 }
 
-/// `throughput` on a machine of two CPUs (as this project's), on `scope`, with
-/// `worklist`: producers and workers share the CPUs, so items wait for a worker.
-fn throughput_with(scope: Scope, worklist: Worklist, length: RunLength) -> SimOutput {
-    let (_, params) = machine("xeon-12c");
+/// `throughput` on a machine of two CPUs (as this project's) with `params`, on `scope`,
+/// with `worklist`: producers and workers share the CPUs, so items wait for a worker.
+fn throughput_with(
+    params: &podq_sim::CostParams,
+    scope: Scope,
+    worklist: Worklist,
+    length: RunLength,
+) -> SimOutput {
     let topo = Topology::synthetic("1s2c1t").unwrap();
     let spec = RunSpec {
         workload: Workload::Throughput {
@@ -123,17 +127,18 @@ fn throughput_with(scope: Scope, worklist: Worklist, length: RunLength) -> SimOu
         warmup: 0,
         seed: 1,
     };
-    run(&topo, &params, &spec)
+    run(&topo, params, &spec)
 }
 
 #[test]
 fn runtime_workers_take_a_share_per_look_and_run_each_item_once() {
     // The kernel's worker looks at the worklist once per item; the runtime's takes its
     // share (`batch_take`) and runs it without looking again.
+    let (_, params) = machine("xeon-12c");
     for scope in [Scope::Cpu, Scope::Cache] {
         let length = RunLength::Items(20_000);
-        let locked = &throughput_with(scope, Worklist::Locked, length).segments[0];
-        let ring = &throughput_with(scope, Worklist::Ring, length).segments[0];
+        let locked = &throughput_with(&params, scope, Worklist::Locked, length).segments[0];
+        let ring = &throughput_with(&params, scope, Worklist::Ring, length).segments[0];
         for s in [locked, ring] {
             assert_eq!(s.items, 2 * 20_000, "{scope}");
             assert_eq!(
@@ -159,21 +164,14 @@ fn a_worker_pays_its_own_work_for_every_item_it_runs() {
     // `item_dispatch` is the worker's CPU time per item beyond the item itself (which is
     // 0 here): two CPUs cannot run 40 000 items in less than 40 000 x it / 2.
     let (_, mut params) = machine("xeon-12c");
-    let topo = Topology::synthetic("1s2c1t").unwrap();
     let spec = |params: &podq_sim::CostParams| {
-        let spec = RunSpec {
-            workload: Workload::Throughput {
-                producer_cpus: vec![0, 1],
-                depth: 64,
-                item_ns: 0,
-            },
-            queue: QueueSpec::new("q", Scope::Cpu, false),
-            length: RunLength::Items(20_000),
-            warmup: 0,
-            seed: 1,
-        };
-        let s = &run(&topo, params, &spec).segments[0];
-        (s.items, s.seconds)
+        let out = throughput_with(
+            params,
+            Scope::Cpu,
+            Worklist::Locked,
+            RunLength::Items(20_000),
+        );
+        (out.segments[0].items, out.segments[0].seconds)
     };
     params.item_dispatch = 0.0;
     let free = spec(&params);
