@@ -35,7 +35,14 @@ impl Completions {
 
     /// An item of `pwq` with flush colour `colour` finished (or was dropped). Held
     /// with the others of the same pwq; settled at once when this thread does not
-    /// defer, when a flusher waits, or when [`SETTLE_EVERY`] are held.
+    /// defer, when [`SETTLE_EVERY`] are held, or when a flusher waits and these are the
+    /// last items of a colour in flight on the pwq (settling them may end the flush).
+    ///
+    /// A flusher that waits for a backlog does not make each completion settle on its
+    /// own: that would release one `max_active` slot at a time, so every activation
+    /// turn would move one or two items, and the workers would contend for the node's
+    /// pending list item by item (a flood drained behind `flush` ran at a third of
+    /// its rate).
     pub(crate) fn complete(&mut self, pwq: PwqRef, colour: Colour) {
         let mut one = [0; 2];
         one[colour.index()] = 1;
@@ -54,11 +61,11 @@ impl Completions {
                 1
             }
         };
-        let flush_waits = self
+        let ends_a_flush = self
             .held
             .as_ref()
-            .is_some_and(|(p, _)| p.wq.flush.waited_on());
-        if held >= SETTLE_EVERY || flush_waits {
+            .is_some_and(|(p, done)| p.wq.flush.waited_on() && p.in_flight.would_clear(*done));
+        if held >= SETTLE_EVERY || ends_a_flush {
             self.settle();
         }
     }

@@ -128,6 +128,13 @@ impl InFlight {
         (self.word.load(SeqCst) >> colour.shift()) & COUNT == 0
     }
 
+    /// Whether uncounting `done[c]` items of each colour `c` would clear a colour
+    /// (a hint: the word may change before the removal).
+    pub(crate) fn would_clear(&self, done: [u64; 2]) -> bool {
+        let word = self.word.load(SeqCst);
+        (0..2).any(|c| done[c] > 0 && (word >> (32 * c)) & COUNT <= done[c])
+    }
+
     /// Whether nothing is in flight.
     pub(crate) fn is_empty(&self) -> bool {
         self.word.load(SeqCst) & !DEAD == 0
