@@ -196,6 +196,41 @@ fn throughput_workload_counts_calls_accepted_calls_and_runs() {
 }
 
 #[test]
+fn throughput_with_flush_ends_podqs_runs_with_its_flush_and_counts_every_run() {
+    let report = json_of(
+        &[
+            &["bench", "throughput", "--systems", "podq,crossbeam-channel"][..],
+            &[
+                "--scopes",
+                "cpu",
+                "--strict",
+                "off",
+                "--producers",
+                "2",
+                "--flush",
+            ],
+            &FAST,
+        ]
+        .concat(),
+    );
+    let results = results(&report, "throughput");
+    assert_eq!(results.len(), 6);
+    for r in &results {
+        let t = &r["throughput"];
+        assert_eq!(t["runs"], t["accepted"], "{r}");
+        // Only podq has a flush; the peer's runs end when its count is complete.
+        assert_eq!(t["flushed"], r["system"] == "podq", "{r}");
+    }
+    let refused = podq(&["bench", "queue", "--flush", "--duration", "10ms"]);
+    assert!(!refused.status.success());
+    assert!(
+        String::from_utf8_lossy(&refused.stderr).contains("--flush applies to the throughput"),
+        "{}",
+        String::from_utf8_lossy(&refused.stderr)
+    );
+}
+
+#[test]
 fn scale_workload_runs_each_pod_count_on_its_own_fake_topology() {
     let report = json_of(
         &[

@@ -61,6 +61,8 @@ pub struct Options<'a> {
     pub items: Option<u64>,
     /// `throughput`'s `work` mode: prepared items per producer, the most it has pending.
     pub works: usize,
+    /// `throughput`: end each run with the system's flush (podq's `Workqueue::flush`).
+    pub flush: bool,
     /// `completion`: producers (CQs), `None`: one per usable CPU.
     pub cq: Option<usize>,
     /// `completion`: `nodeN`, `split` or a cpulist.
@@ -104,6 +106,7 @@ pub fn tests(workload: Workload, o: &Options, topology: &Topology) -> Result<Vec
             works: o.works,
             work: o.work.item,
             spread_real: false,
+            flush: o.flush,
         })
     };
     Ok(match workload {
@@ -265,6 +268,7 @@ mod tests {
             think: Duration::from_millis(1),
             items: None,
             works: 64,
+            flush: false,
             cq: Some(4),
             cq_placement: "split",
             depth: 16,

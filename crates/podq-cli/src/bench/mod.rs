@@ -152,6 +152,11 @@ pub struct BenchArgs {
     /// `throughput`: prepared items each producer cycles through in the re-queue mode.
     #[arg(long, default_value_t = throughput::DEFAULT_WORKS)]
     pub works: usize,
+    /// `throughput`, `peers`: end podq's runs with `Workqueue::flush` once the
+    /// producers are done, as a program that floods a workqueue does (the peers have no
+    /// flush: their runs end when all their items ran, as without it).
+    #[arg(long)]
+    pub flush: bool,
     /// `latency`: the submitter's CPU [default: the first usable CPU].
     #[arg(long)]
     pub cpu: Option<usize>,
@@ -505,6 +510,11 @@ fn validate(args: &BenchArgs) -> Result<()> {
     if !args.toggle.is_empty() && args.workload != Workload::Completion {
         return Err(usage("--toggle applies to the completion workload only"));
     }
+    if args.flush && !matches!(args.workload, Workload::Throughput | Workload::Peers) {
+        return Err(usage(
+            "--flush applies to the throughput and peers workloads only",
+        ));
+    }
     if args.workload != Workload::Compare && !(args.base.is_empty() && args.new_files.is_empty()) {
         return Err(usage("--base and --new belong to `podq bench compare`"));
     }
@@ -622,6 +632,7 @@ pub(crate) fn options(args: &BenchArgs) -> define::Options<'_> {
         think: args.think,
         items: args.items,
         works: args.works,
+        flush: args.flush,
         cq: args.cq,
         cq_placement: &args.cq_placement,
         depth: args.depth,
@@ -1040,8 +1051,16 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
             ],
         )
     };
+    let flushed = results
+        .iter()
+        .any(|r| r.throughput.as_ref().is_some_and(|t| t.flushed));
+    let end = if flushed {
+        "; podq's runs end with its flush"
+    } else {
+        ""
+    };
     format!(
-        "\n{test}: {} producer(s), open loop, {what}; ctxsw: context switches of producers and workers\n{}",
+        "\n{test}: {} producer(s), open loop, {what}{end}; ctxsw: context switches of producers and workers\n{}",
         results.first().map_or(0, |r| r.producers),
         report::table(head, &rows, 2)
     )

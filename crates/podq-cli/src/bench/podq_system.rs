@@ -136,6 +136,11 @@ impl Queue for PodqQueue {
         });
     }
 
+    fn flush(&self) -> bool {
+        self.wq.flush();
+        true
+    }
+
     fn set_scope(&self, scope: Scope) -> Result<()> {
         self.wq
             .set_scope(scope)

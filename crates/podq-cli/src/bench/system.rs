@@ -197,6 +197,12 @@ pub trait Queue: Send + Sync {
         None
     }
 
+    /// Waits until every item queued so far has run, if the system has such a call
+    /// (podq's `Workqueue::flush`); returns whether it had.
+    fn flush(&self) -> bool {
+        false
+    }
+
     /// Whether a prepared item coalesces a submit with a run still pending (podq's
     /// PENDING bit); the `throughput` workload adds that rule to systems without it.
     fn coalesces(&self) -> bool {

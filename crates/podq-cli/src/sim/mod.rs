@@ -401,6 +401,7 @@ fn options(args: &SimArgs) -> define::Options<'_> {
         think: args.think,
         items: args.items,
         works: args.depth.unwrap_or(throughput::DEFAULT_WORKS),
+        flush: false,
         cq: args.cq,
         cq_placement: &args.cq_placement,
         depth: args.depth.unwrap_or(16),

@@ -200,6 +200,7 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
         accepted_per_sec: rate(seg.hists.queue.len()),
         context_switches: seg.counters.context_switches,
         pods: None,
+        flushed: false,
     });
     RunResult {
         test: test_name(w),

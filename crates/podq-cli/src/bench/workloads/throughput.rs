@@ -19,6 +19,11 @@
 //!   (`sched_yield`): spinning on, it would only keep the workers that share its CPU
 //!   from running, and the figure would be the scheduler's time slice.
 //!
+//! With `--flush`, podq's runs end as a program that floods a workqueue ends its
+//! flood: the driver calls `Workqueue::flush` once the producers are done, and the run
+//! lasts until it returns. The peers have no such call; their runs end as without it,
+//! when their count of runs is complete.
+//!
 //! A tiny item bumps a counter owned by the thread that runs it (a load and a store on
 //! that thread's own cache line), so the items themselves share nothing: what is
 //! measured is the executor's hand-off.
@@ -82,6 +87,8 @@ pub struct ThroughputParams {
     /// Pin producer *i* to the *i*-th real CPU (round robin) whatever its virtual CPU,
     /// so that a topology with fewer virtual than real CPUs still uses them all.
     pub spread_real: bool,
+    /// End each run with the system's flush, where it has one (`--flush`).
+    pub flush: bool,
 }
 
 impl ThroughputParams {
@@ -134,6 +141,9 @@ pub struct ThroughputDetail {
     pub context_switches: u64,
     /// `scale` only: the topology this result ran on and its `cpu`-scope pods.
     pub pods: Option<ScalePods>,
+    /// The run ended with the system's flush (`--flush` on podq), not with the driver
+    /// counting the runs.
+    pub flushed: bool,
 }
 
 /// The fake topology of one `scale` result.
@@ -249,6 +259,7 @@ impl ScaleParams {
                 works: DEFAULT_WORKS,
                 work: Duration::ZERO,
                 spread_real: true,
+                flush: false,
             },
             spec,
             map,
@@ -288,7 +299,7 @@ pub fn run(
     // that failed.
     let finished = AtomicUsize::new(0);
     let base = tally::total();
-    let (outcomes, seconds, submit_seconds, runs, locks_before, switches) =
+    let (outcomes, seconds, submit_seconds, runs, locks_before, switches, flushed) =
         std::thread::scope(|s| {
             let handles: Vec<_> = cpus
                 .iter()
@@ -329,6 +340,7 @@ pub fn run(
                 .flatten()
                 .map(|o| o.elapsed.as_secs_f64())
                 .fold(0.0, f64::max);
+            let flushed = params.flush && queue.flush();
             if outcomes.iter().all(Result::is_ok) {
                 tally::wait_for(before + accepted);
             }
@@ -348,6 +360,7 @@ pub fn run(
                 runs,
                 locks_before,
                 switches,
+                flushed,
             )
         });
     let context_switches = switches?;
@@ -371,6 +384,7 @@ pub fn run(
         accepted_per_sec: rate(accepted, seconds),
         context_switches,
         pods: None,
+        flushed,
     });
     sample.pool_locks = queue
         .lock_counts()
