@@ -43,6 +43,11 @@ const DEAD: u64 = 1 << 63;
 /// One colour's count: 31 bits, with a guard bit above colour 0's.
 const COUNT: u64 = (1 << 31) - 1;
 
+/// The count of colour index `c` in an [`InFlight`] word.
+fn count_of(word: u64, c: usize) -> u64 {
+    (word >> (32 * c)) & COUNT
+}
+
 /// In-flight items of one pwq by colour, and its retirement.
 #[derive(Debug)]
 pub(crate) struct InFlight {
@@ -97,7 +102,7 @@ impl InFlight {
     pub(crate) fn remove(&self, done: [u64; 2]) -> Left {
         let step = done[0] | (done[1] << 32);
         let after = self.word.fetch_sub(step, SeqCst) - step;
-        let cleared = (0..2).any(|c| done[c] > 0 && (after >> (32 * c)) & COUNT == 0);
+        let cleared = (0..2).any(|c| done[c] > 0 && count_of(after, c) == 0);
         let retired = after == 0
             && {
                 // Between the removal and the load of `current`: see `word`.
@@ -125,14 +130,14 @@ impl InFlight {
 
     /// Whether no item of `colour` is in flight.
     pub(crate) fn clear(&self, colour: Colour) -> bool {
-        (self.word.load(SeqCst) >> colour.shift()) & COUNT == 0
+        count_of(self.word.load(SeqCst), colour.index()) == 0
     }
 
     /// Whether uncounting `done[c]` items of each colour `c` would clear a colour
     /// (a hint: the word may change before the removal).
     pub(crate) fn would_clear(&self, done: [u64; 2]) -> bool {
         let word = self.word.load(SeqCst);
-        (0..2).any(|c| done[c] > 0 && (word >> (32 * c)) & COUNT <= done[c])
+        (0..2).any(|c| done[c] > 0 && count_of(word, c) <= done[c])
     }
 
     /// Whether nothing is in flight.
@@ -143,7 +148,7 @@ impl InFlight {
     /// How many items are in flight, both colours together.
     pub(crate) fn total(&self) -> u64 {
         let word = self.word.load(SeqCst);
-        (word & COUNT) + ((word >> 32) & COUNT)
+        count_of(word, 0) + count_of(word, 1)
     }
 }
 
