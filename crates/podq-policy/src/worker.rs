@@ -42,7 +42,7 @@ pub const IDLE_SPIN: Duration = Duration::from_micros(20);
 /// - otherwise politely ([`POLITE_POLL_PAUSES`]): the producer that feeds the pool
 ///   shares the worker's CPU and cannot run while the worker pauses there.
 ///
-/// Measured on a 2-CPU machine (README, Performance), against 64 pauses for every
+/// Measured on a 2-CPU machine (`PERFORMANCE.md`), against 64 pauses for every
 /// spinner: the closed loop on one-CPU pods 15–17% faster, re-queued items about 4%,
 /// 64 and 256 pools 8% and 32%, floods and `system`'s closed loop unchanged within
 /// the noise; fewer pauses for every spinner lost up to 16% in floods and 17% in
