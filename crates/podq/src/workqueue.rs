@@ -789,6 +789,8 @@ impl WqShared {
         while let Some((pwq, slots)) = node.take_pending(policy::ACTIVATION_TURN, back.take()) {
             let mut st = lock(&pwq.state);
             let mut requeued = false;
+            // False when the turn went to the calling worker's batch (nobody to kick).
+            let mut pushed = true;
             let count = match policy::activation(st.queue(), slots) {
                 Activation::Leave => {
                     st.hold = Hold::Open;
@@ -800,7 +802,8 @@ impl WqShared {
                         st.hold = Hold::Open;
                     }
                     let entries = st.inactive.drain(..count);
-                    pwq.pool
+                    pushed = pwq
+                        .pool
                         .core
                         .push_many(entries.map(|w| w.activate(PwqRef::counted(&pwq))));
                     if st.inactive.is_empty() && st.inactive.capacity() > KEPT_INACTIVE {
@@ -815,7 +818,7 @@ impl WqShared {
             if count < slots {
                 node.release(slots - count);
             }
-            if count > 0 {
+            if count > 0 && pushed {
                 pwq.pool.core.kick();
             }
             if requeued {

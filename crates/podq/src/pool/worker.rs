@@ -68,7 +68,8 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         }
         // The batch is done: account its items before taking more or going idle.
         let backlog = context::settle_completions();
-        if take_batch(pool, mine) {
+        // Settling may have handed this worker activated items (`PoolCore::push_many`).
+        if !BATCH.with(|b| b.borrow().is_empty()) || take_batch(pool, mine) {
             if std::mem::take(&mut repatriated) {
                 // Charged, as in the kernel, to the workqueue of the first waiting item:
                 // here the first this worker takes (a ring holds its items out of reach
@@ -124,8 +125,10 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     }
     let now = thread_cpu_ns();
     pool.stats.cpu_time_ns.add(now.saturating_sub(cpu_clock));
-    COMPLETIONS.with(|c| c.borrow_mut().set_deferring(false));
+    // No longer this pool's worker first: what the last settle activates goes onto the
+    // worklist, not into the batch of a worker that is leaving.
     WORKER_POOL.with(|p| *p.borrow_mut() = None);
+    COMPLETIONS.with(|c| c.borrow_mut().set_deferring(false));
 }
 
 /// Takes this worker's share of the worklist into its batch (`policy::batch_take`) and,
