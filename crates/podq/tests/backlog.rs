@@ -19,24 +19,10 @@ fn a_flush_behind_a_backlog_leaves_activation_in_turns() {
     // One pod of two CPUs: each activation turn (one run of ring slots) counts as one
     // acquisition of the pool's enqueue lock. (A one-CPU pod's worker takes the turns
     // for its own pool without the worklist: the test below.)
-    let wq = Workqueue::builder("backlog")
-        .topology(fake_topology(1, 1, 2, 1))
-        .scope(Scope::System)
-        .max_active(MAX_ACTIVE)
-        .build()
-        .unwrap();
-    let open = Arc::new(AtomicBool::new(false));
+    // Both workers are held until the flush below waits, so that the backlog drains
+    // behind a waiting flusher.
+    let (wq, open) = held_pod("backlog", 2, Scope::System);
     let ran = Arc::new(AtomicUsize::new(0));
-    // The first two items hold both workers until the flush below waits, so that the
-    // backlog drains behind a waiting flusher.
-    for _ in 0..2 {
-        let open = open.clone();
-        wq.execute(move || {
-            while !open.load(SeqCst) {
-                std::thread::yield_now();
-            }
-        });
-    }
     for _ in 0..ITEMS {
         let ran = ran.clone();
         wq.execute(move || {
@@ -56,32 +42,19 @@ fn a_flush_behind_a_backlog_leaves_activation_in_turns() {
     });
     assert_eq!(ran.load(SeqCst), ITEMS);
     let pushes = lock_acquisitions(&wq) - before;
-    // In turns of up to `MAX_ACTIVE` items a turn, about ITEMS / MAX_ACTIVE pushes;
-    // item by item, one or two items a turn, about ITEMS / 2 or more.
+    // In turns of what a worker's batch freed (its share of the 16 slots: 8 or so with
+    // two workers), 1 500 to 3 600 pushes here; item by item, one or two items a turn,
+    // 9 000 to 14 300 when each completion settled alone.
     assert!(
-        pushes < ITEMS / 4,
+        pushes < ITEMS / 3,
         "{pushes} pushes onto the worklist for {ITEMS} items"
     );
 }
 
 #[test]
 fn a_one_cpu_pods_worker_runs_what_it_activates_in_order_without_the_worklist() {
-    let wq = Workqueue::builder("backlog-one-cpu")
-        .topology(fake_topology(1, 1, 1, 1))
-        .scope(Scope::Cpu)
-        .max_active(MAX_ACTIVE)
-        .build()
-        .unwrap();
-    let open = Arc::new(AtomicBool::new(false));
+    let (wq, open) = held_pod("backlog-one-cpu", 1, Scope::Cpu);
     let order = Arc::new(Mutex::new(Vec::with_capacity(ITEMS)));
-    {
-        let open = open.clone();
-        wq.execute(move || {
-            while !open.load(SeqCst) {
-                std::thread::yield_now();
-            }
-        });
-    }
     for i in 0..ITEMS {
         let order = order.clone();
         wq.execute(move || order.lock().unwrap().push(i));
@@ -103,6 +76,28 @@ fn a_one_cpu_pods_worker_runs_what_it_activates_in_order_without_the_worklist() 
         pushes < ITEMS / MAX_ACTIVE / 10,
         "{pushes} pushes onto the worklist for {ITEMS} items"
     );
+}
+
+/// A workqueue with `max_active` [`MAX_ACTIVE`] on one pod of `cpus` CPUs (`scope`
+/// gives that pod), each of whose workers runs an item that waits until the returned
+/// flag is raised: what is queued next waits behind them.
+fn held_pod(name: &str, cpus: usize, scope: Scope) -> (Workqueue, Arc<AtomicBool>) {
+    let wq = Workqueue::builder(name)
+        .topology(fake_topology(1, 1, cpus, 1))
+        .scope(scope)
+        .max_active(MAX_ACTIVE)
+        .build()
+        .unwrap();
+    let open = Arc::new(AtomicBool::new(false));
+    for _ in 0..cpus {
+        let open = open.clone();
+        wq.execute(move || {
+            while !open.load(SeqCst) {
+                std::thread::yield_now();
+            }
+        });
+    }
+    (wq, open)
 }
 
 /// Acquisitions of the one pool's enqueue lock so far.
