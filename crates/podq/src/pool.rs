@@ -344,14 +344,14 @@ impl PoolCore {
     /// Appends activated items (an activation turn) to the worklist in one acquisition,
     /// without a kick: the caller kicks once it has released the pwq lock. Returns false
     /// when it handed them to the calling thread's batch instead: on a one-CPU pod whose
-    /// worklist is empty, when the caller is this pool's worker between two items. That
-    /// worker is the only one the pod may run and nothing older waits, so the push and
-    /// the take that would follow it only copied the items twice and took the worklist
-    /// lock twice (a flood on `cpu` activates half its items on the pool of the worker
-    /// that freed the slots).
+    /// worklist is empty, when the caller is this pool's worker between two items and
+    /// its batch holds less than a full batch (so that no more than about a batch waits
+    /// out of the worklist's reach). That worker is the only one the pod may run and
+    /// nothing older waits, so the push and the take that would follow it only copied
+    /// the items twice and took the worklist lock twice (a flood on `cpu` activates
+    /// half its items on the pool of the worker that freed the slots).
     pub(crate) fn push_many(&self, entries: impl ExactSizeIterator<Item = Entry>) -> bool {
         let entries = entries.inspect(crate::trace::activate_work);
-        // No more than about a batch's worth held out of the worklist's reach.
         if self.concurrency == 1
             && self.worklist.len() == 0
             && context::works_between_items_for(self)
