@@ -372,7 +372,10 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             fake: map.is_fake(),
         },
         settings: settings_json(args, length),
-        ratios: report::ratios(&results, podq::default_scope()),
+        ratios: report::ratios(
+            &results,
+            &default_and_same_pods(map.topology(), podq::default_scope()),
+        ),
         results,
         warnings,
     };
@@ -1366,6 +1369,23 @@ I/Os and items once nothing was in flight:
     out
 }
 
+/// The default scope, then the concrete scopes whose pods are the same on `topology`
+/// (on one LLC and one node, `cache_shard`'s one pod is `system`'s): a run of any of
+/// them is what a user of the default gets there. `auto` has no fixed pods.
+fn default_and_same_pods(topology: &podq_topology::Topology, default: Scope) -> Vec<Scope> {
+    let pods = |scope| topology.pods(scope).ok().map(|layout| layout.pod_cpus);
+    let Some(default_pods) = pods(default) else {
+        return vec![default];
+    };
+    std::iter::once(default)
+        .chain(
+            Scope::CONCRETE
+                .into_iter()
+                .filter(|&scope| scope != default && pods(scope).as_ref() == Some(&default_pods)),
+        )
+        .collect()
+}
+
 fn ratio_table(report: &Report) -> String {
     let rows: Vec<Vec<String>> = report
         .ratios
@@ -1403,11 +1423,12 @@ fn ratio_table(report: &Report) -> String {
         .map(|r| r.podq_configs)
         .max()
         .unwrap_or(0);
-    let default = report
-        .ratios
-        .iter()
-        .find_map(|r| r.default_config.clone())
-        .unwrap_or_else(|| format!("{} (not run)", podq::default_scope()));
+    let scope = podq::default_scope();
+    let default = match report.ratios.iter().find_map(|r| r.default_config.clone()) {
+        Some(config) if config == scope.name() => config,
+        Some(config) => format!("{scope}, run as {config} (the same pods on this topology)"),
+        None => format!("{scope} (not run)"),
+    };
     format!(
         "\npodq against each peer (ratio = podq / peer): `best` is podq's best of its {configs} configuration(s) \
          for each metric, picked after the run; `per round` pairs its k-th round with the peer's k-th round \

@@ -534,9 +534,10 @@ struct Metric {
 }
 
 /// podq's best configuration against each peer, for the `queue`, `throughput` and
-/// `latency` tests, with podq on `default_scope` (non-strict) beside it when that
-/// configuration ran.
-pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
+/// `latency` tests, with podq on the default scope (non-strict) beside it when that
+/// configuration ran. `defaults`: the default scope first, then the scopes whose pods
+/// are the same on the run's topology, whose runs stand for it when it did not run.
+pub fn ratios(results: &[RunResult], defaults: &[Scope]) -> Vec<Ratio> {
     let rate = |test| Metric {
         test,
         name: "items_per_sec",
@@ -598,8 +599,9 @@ pub fn ratios(results: &[RunResult], default_scope: Scope) -> Vec<Ratio> {
             continue;
         };
         let podq_configs = of_test().filter(|r| r.system == "podq").count();
-        let default = of_test().find(|r| {
-            r.system == "podq" && r.scope == Some(default_scope) && r.strict != Some(true)
+        let default = defaults.iter().find_map(|&scope| {
+            of_test()
+                .find(|r| r.system == "podq" && r.scope == Some(scope) && r.strict != Some(true))
         });
         let peers: Vec<&RunResult> = of_test().filter(|r| r.system != "podq").collect();
         let best = peers
@@ -749,7 +751,7 @@ mod tests {
             result("latency", "podq", Some(Scope::Cache), 1.0, 9_000),
             result("latency", "rayon", None, 1.0, 8_000),
         ];
-        let r = ratios(&results, Scope::System);
+        let r = ratios(&results, &[Scope::System]);
         let queue: Vec<&Ratio> = r.iter().filter(|x| x.metric == "items_per_sec").collect();
         assert_eq!(queue.len(), 2);
         assert!(queue
@@ -774,21 +776,43 @@ mod tests {
         for r in &mut few {
             r.latency_ns.count = 999;
         }
-        assert!(ratios(&few, Scope::System)
+        assert!(ratios(&few, &[Scope::System])
             .iter()
             .all(|x| x.metric != "p99_ns"));
-        assert!(ratios(&few, Scope::System)
+        assert!(ratios(&few, &[Scope::System])
             .iter()
             .any(|x| x.metric == "p50_ns"));
         let results = few;
         // No podq result: no ratios.
-        assert!(ratios(&results[2..4], Scope::System).is_empty());
+        assert!(ratios(&results[2..4], &[Scope::System]).is_empty());
         // The same-configuration ratio: podq system (300) against rayon (600).
         assert_eq!(rayon.podq_configs, 2);
         assert_eq!(rayon.default_config.as_deref(), Some("system"));
         assert_eq!(rayon.default_ratio, Some(0.5));
         // No default-scope row among the latency results (smt, cache).
         assert!(p50.default_config.is_none() && p50.default_ratio.is_none());
+    }
+
+    #[test]
+    fn a_scope_with_the_default_scopes_pods_stands_for_it() {
+        let results = vec![
+            result("queue", "podq", Some(Scope::Cpu), 900.0, 1),
+            result("queue", "podq", Some(Scope::System), 300.0, 1),
+            result("queue", "rayon", None, 600.0, 1),
+        ];
+        // `cache_shard` did not run; `system` has its pods.
+        let r = ratios(&results, &[Scope::CacheShard, Scope::System]);
+        assert_eq!(r[0].default_config.as_deref(), Some("system"));
+        assert_eq!(r[0].default_ratio, Some(0.5));
+        // Without such a scope there is no default row.
+        let r = ratios(&results, &[Scope::CacheShard]);
+        assert!(r[0].default_config.is_none() && r[0].default_ratio.is_none());
+        // The default scope's own run comes first when both ran.
+        let mut both = results;
+        both.push(result("queue", "podq", Some(Scope::CacheShard), 450.0, 1));
+        let r = ratios(&both, &[Scope::CacheShard, Scope::System]);
+        assert_eq!(r[0].default_config.as_deref(), Some("cache_shard"));
+        assert_eq!(r[0].default_ratio, Some(0.75));
     }
 
     fn round(rate: f64, p50: u64, samples: u64) -> Round {
@@ -815,7 +839,7 @@ mod tests {
         podq.rounds = [800.0, 900.0, 1200.0].map(|r| round(r, 1, 100)).to_vec();
         let mut peer = result("queue", "rayon", None, 600.0, 1);
         peer.rounds = [400.0, 1000.0, 600.0].map(|r| round(r, 1, 100)).to_vec();
-        let r = ratios(&[podq, peer], Scope::System);
+        let r = ratios(&[podq, peer], &[Scope::System]);
         let pairs = r[0].rounds.as_ref().expect("three pairs");
         // 800/400, 900/1000, 1200/600: paired in order, not sorted first.
         assert_eq!(pairs.pairs, 3);
@@ -827,12 +851,12 @@ mod tests {
         podq.rounds = vec![round(1.0, 1, 100); 3];
         let mut peer = result("queue", "rayon", None, 600.0, 1);
         peer.rounds = vec![round(1.0, 1, 100); 2];
-        assert!(ratios(&[podq, peer], Scope::System)[0].rounds.is_none());
+        assert!(ratios(&[podq, peer], &[Scope::System])[0].rounds.is_none());
         let mut podq = result("queue", "podq", Some(Scope::Cpu), 900.0, 1);
         podq.rounds = vec![round(1.0, 1, 100)];
         let mut peer = result("queue", "rayon", None, 600.0, 1);
         peer.rounds = vec![round(1.0, 1, 100)];
-        assert!(ratios(&[podq, peer], Scope::System)[0].rounds.is_none());
+        assert!(ratios(&[podq, peer], &[Scope::System])[0].rounds.is_none());
     }
 
     #[test]
@@ -849,7 +873,7 @@ mod tests {
             round(1.0, 1_000, 30),
             round(1.0, 1_000, 30),
         ];
-        let r = ratios(&[podq, peer], Scope::System);
+        let r = ratios(&[podq, peer], &[Scope::System]);
         let p50 = r.iter().find(|x| x.metric == "p50_ns").unwrap();
         // The second pair has 5 samples on podq's side, fewer than p50's 20.
         let pairs = p50.rounds.as_ref().unwrap();
