@@ -1370,18 +1370,21 @@ I/Os and items once nothing was in flight:
 }
 
 /// The default scope, then the concrete scopes whose pods are the same on `topology`
-/// (on one LLC and one node, `cache_shard`'s one pod is `system`'s): a run of any of
-/// them is what a user of the default gets there. `auto` has no fixed pods.
+/// (the aliases of its rung of the scope ladder: on one LLC and one node,
+/// `cache_shard`'s one pod is `system`'s): a run of any of them is what a user of the
+/// default gets there. `auto` has no fixed pods.
 fn default_and_same_pods(topology: &podq_topology::Topology, default: Scope) -> Vec<Scope> {
-    let pods = |scope| topology.pods(scope).ok().map(|layout| layout.pod_cpus);
-    let Some(default_pods) = pods(default) else {
-        return vec![default];
-    };
+    let ladder = podq::policy::auto::Ladder::new(topology, topology.usable());
+    let aliases = ladder.ok().and_then(|ladder| {
+        let rung = ladder.rung_of(default)?;
+        Some(ladder.rungs()[rung].aliases.clone())
+    });
     std::iter::once(default)
         .chain(
-            Scope::CONCRETE
+            aliases
                 .into_iter()
-                .filter(|&scope| scope != default && pods(scope).as_ref() == Some(&default_pods)),
+                .flatten()
+                .filter(|&scope| scope != default),
         )
         .collect()
 }
