@@ -59,6 +59,16 @@ unsafe impl<T: Send> Sync for Ring<T> {}
 // SAFETY: as for `Sync`.
 unsafe impl<T: Send> Send for Ring<T> {}
 
+/// Notes that another thread's claim made this one retry, calling `on_first` the
+/// first time.
+#[inline]
+fn note_retry(retried: &mut bool, on_first: &mut dyn FnMut()) {
+    if !*retried {
+        *retried = true;
+        on_first();
+    }
+}
+
 impl<T> Ring<T> {
     /// An open, empty ring of `capacity` slots (a power of two).
     pub(super) fn new(capacity: usize) -> Ring<T> {
@@ -79,8 +89,10 @@ impl<T> Ring<T> {
         &self.slots[position & (self.slots.len() - 1)]
     }
 
-    /// Appends `item`. Returns whether another thread's claim made this one retry.
-    pub(super) fn push(&self, item: T) -> Result<bool, Refused<T>> {
+    /// Appends `item`. Returns whether another thread's claim made this one retry;
+    /// `on_retry` is called at the first retry (the statistics time the retries from
+    /// there).
+    pub(super) fn push(&self, item: T, on_retry: &mut dyn FnMut()) -> Result<bool, Refused<T>> {
         let mut retried = false;
         let mut spins = 0;
         let mut tail = self.tail.load(Relaxed);
@@ -117,15 +129,20 @@ impl<T> Ring<T> {
                 spin_wait(&mut spins);
                 tail = self.tail.load(Relaxed);
             }
-            retried = true;
+            note_retry(&mut retried, on_retry);
         }
     }
 
     /// Appends items of `batch` in order, as many as the free run of slots after
     /// `tail` holds, with one claim. Returns how many it appended (0: full or closed)
-    /// and whether another thread's claim made it retry. `batch` must yield as many
-    /// items as its `len` says (its claimed slots are filled from it).
-    pub(super) fn push_run(&self, batch: &mut impl ExactSizeIterator<Item = T>) -> (usize, bool) {
+    /// and whether another thread's claim made it retry (`on_retry` as in `push`).
+    /// `batch` must yield as many items as its `len` says (its claimed slots are
+    /// filled from it).
+    pub(super) fn push_run(
+        &self,
+        batch: &mut impl ExactSizeIterator<Item = T>,
+        on_retry: &mut dyn FnMut(),
+    ) -> (usize, bool) {
         let mut retried = false;
         let mut spins = 0;
         let mut tail = self.tail.load(Relaxed);
@@ -145,7 +162,7 @@ impl<T> Ring<T> {
                 // Another queuer claimed this position already.
                 spin_wait(&mut spins);
                 tail = self.tail.load(Relaxed);
-                retried = true;
+                note_retry(&mut retried, on_retry);
                 continue;
             }
             match self
@@ -165,7 +182,7 @@ impl<T> Ring<T> {
                 }
                 Err(now) => {
                     tail = now;
-                    retried = true;
+                    note_retry(&mut retried, on_retry);
                 }
             }
         }
@@ -174,8 +191,13 @@ impl<T> Ring<T> {
     /// Moves up to `max` of the oldest items to the end of `into`, waiting for a queuer
     /// that claimed the oldest position and has not written it yet. Returns how many
     /// it moved (none once the ring is closed) and whether another thread's claim made
-    /// it retry.
-    pub(super) fn take(&self, max: usize, into: &mut VecDeque<T>) -> (usize, bool) {
+    /// it retry (`on_retry` as in `push`; waiting for a queuer's write is no retry).
+    pub(super) fn take(
+        &self,
+        max: usize,
+        into: &mut VecDeque<T>,
+        on_retry: &mut dyn FnMut(),
+    ) -> (usize, bool) {
         let mut retried = false;
         let mut spins = 0;
         let mut head = self.head.load(Relaxed);
@@ -195,7 +217,7 @@ impl<T> Ring<T> {
                 let now = self.head.load(Relaxed);
                 if now != head {
                     head = now;
-                    retried = true;
+                    note_retry(&mut retried, on_retry);
                     continue;
                 }
                 let tail = self.tail.load(Relaxed) & !CLOSED;
@@ -217,7 +239,7 @@ impl<T> Ring<T> {
                 }
                 Err(now) => {
                     head = now;
-                    retried = true;
+                    note_retry(&mut retried, on_retry);
                 }
             }
         }
@@ -280,63 +302,101 @@ impl<T> Drop for Ring<T> {
 mod tests {
     use super::*;
 
+    /// Two threads claim on one ring at once: a call that retried called back exactly
+    /// once, at its first retry, and a call that did not never did. Tried until the
+    /// threads met at least once (on a busy machine they may run one after the other).
+    #[test]
+    fn a_claim_calls_back_once_at_its_first_retry() {
+        let claims = |ring: &Ring<usize>| {
+            let mut retried = 0;
+            let mut out = VecDeque::new();
+            for i in 0..20_000 {
+                let mut calls = 0;
+                let again = if i % 2 == 0 {
+                    ring.push(i, &mut || calls += 1).unwrap_or(false)
+                } else {
+                    ring.take(1, &mut out, &mut || calls += 1).1
+                };
+                assert_eq!(calls, usize::from(again), "call {i}");
+                retried += calls;
+            }
+            retried
+        };
+        for _ in 0..200 {
+            let ring = Ring::new(64);
+            let retried: usize = std::thread::scope(|s| {
+                let threads = [s.spawn(|| claims(&ring)), s.spawn(|| claims(&ring))];
+                threads.into_iter().map(|t| t.join().unwrap()).sum()
+            });
+            if retried > 0 {
+                return;
+            }
+        }
+        // One CPU runs the two one after the other: only the relation is checked there.
+        let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+        assert!(
+            cpus < 2,
+            "two threads claiming 20 000 times each never met in 200 tries"
+        );
+    }
+
     #[test]
     fn items_come_out_in_order_across_laps_until_full_or_closed() {
         let ring = Ring::new(4);
         let mut out = VecDeque::new();
         for lap in 0..3 {
             for i in 0..4 {
-                assert!(matches!(ring.push(lap * 10 + i), Ok(false)));
+                assert!(matches!(ring.push(lap * 10 + i, &mut || {}), Ok(false)));
             }
-            assert!(matches!(ring.push(99), Err(Refused::Full(99))));
-            assert_eq!(ring.take(3, &mut out), (3, false));
-            assert_eq!(ring.take(3, &mut out), (1, false));
-            assert_eq!(ring.take(3, &mut out), (0, false));
+            assert!(matches!(ring.push(99, &mut || {}), Err(Refused::Full(99))));
+            assert_eq!(ring.take(3, &mut out, &mut || {}), (3, false));
+            assert_eq!(ring.take(3, &mut out, &mut || {}), (1, false));
+            assert_eq!(ring.take(3, &mut out, &mut || {}), (0, false));
         }
         assert_eq!(out, [0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23]);
-        ring.push(6).ok().unwrap();
-        ring.push(7).ok().unwrap();
+        ring.push(6, &mut || {}).ok().unwrap();
+        ring.push(7, &mut || {}).ok().unwrap();
         out.clear();
-        assert_eq!(ring.take(1, &mut out), (1, false));
+        assert_eq!(ring.take(1, &mut out, &mut || {}), (1, false));
         assert!(ring.close_into(&mut out));
         assert_eq!(out, [6, 7]);
         assert!(!ring.close_into(&mut out));
         assert!(ring.is_closed());
-        assert!(matches!(ring.push(8), Err(Refused::Closed(8))));
-        assert_eq!(ring.take(9, &mut out), (0, false));
+        assert!(matches!(ring.push(8, &mut || {}), Err(Refused::Closed(8))));
+        assert_eq!(ring.take(9, &mut out, &mut || {}), (0, false));
         ring.reopen();
         assert!(!ring.is_closed());
-        assert!(matches!(ring.push(9), Ok(false)));
-        assert_eq!(ring.take(9, &mut out), (1, false));
+        assert!(matches!(ring.push(9, &mut || {}), Ok(false)));
+        assert_eq!(ring.take(9, &mut out, &mut || {}), (1, false));
         assert_eq!(out, [6, 7, 9]);
     }
 
     #[test]
     fn a_run_fills_the_free_slots_in_order() {
         let ring = Ring::new(4);
-        ring.push(0).ok().unwrap();
+        ring.push(0, &mut || {}).ok().unwrap();
         let mut batch = 1..9;
-        assert_eq!(ring.push_run(&mut batch), (3, false));
+        assert_eq!(ring.push_run(&mut batch, &mut || {}), (3, false));
         assert_eq!(batch.len(), 5);
-        assert_eq!(ring.push_run(&mut batch), (0, false), "full");
+        assert_eq!(ring.push_run(&mut batch, &mut || {}), (0, false), "full");
         let mut out = VecDeque::new();
-        assert_eq!(ring.take(2, &mut out), (2, false));
-        assert_eq!(ring.push_run(&mut batch), (2, false));
-        assert_eq!(ring.take(9, &mut out), (4, false));
+        assert_eq!(ring.take(2, &mut out, &mut || {}), (2, false));
+        assert_eq!(ring.push_run(&mut batch, &mut || {}), (2, false));
+        assert_eq!(ring.take(9, &mut out, &mut || {}), (4, false));
         assert_eq!(out, [0, 1, 2, 3, 4, 5]);
         ring.close_into(&mut out);
-        assert_eq!(ring.push_run(&mut batch), (0, false), "closed");
+        assert_eq!(ring.push_run(&mut batch, &mut || {}), (0, false), "closed");
     }
 
     #[test]
     fn dropping_the_ring_drops_the_items_left_in_it() {
         let item = std::sync::Arc::new(());
         let ring = Ring::new(2);
-        ring.push(item.clone()).ok().unwrap();
-        ring.push(item.clone()).ok().unwrap();
+        ring.push(item.clone(), &mut || {}).ok().unwrap();
+        ring.push(item.clone(), &mut || {}).ok().unwrap();
         let mut out = VecDeque::new();
-        ring.take(1, &mut out);
-        ring.push(item.clone()).ok().unwrap();
+        ring.take(1, &mut out, &mut || {});
+        ring.push(item.clone(), &mut || {}).ok().unwrap();
         drop(ring);
         assert_eq!(std::sync::Arc::strong_count(&item), 2);
     }

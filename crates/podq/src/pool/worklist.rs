@@ -11,6 +11,7 @@
 //! when the spill holds items, and a closed ring holds no item.
 
 use std::collections::VecDeque;
+use std::time::Instant;
 
 use super::ring::{Refused, Ring};
 use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
@@ -32,8 +33,15 @@ pub(crate) trait Acquire {
     /// Locks `mutex`.
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X>;
 
-    /// Counts a claim of ring positions; `retried`: another thread's claim came first.
-    fn claimed(&self, retried: bool);
+    /// When this claim's first retry began, if its wait is to be timed (with `stats`,
+    /// a sample of them, as of the lock's contended acquisitions).
+    fn retry_clock(&self) -> Option<Instant> {
+        None
+    }
+
+    /// Counts a claim of ring positions; `retried`: another thread's claim came first;
+    /// `since`: the `retry_clock` reading at its first retry, if timed.
+    fn claimed(&self, retried: bool, since: Option<Instant>);
 }
 
 /// Takes the lock with nothing counted (the models and unit tests).
@@ -46,7 +54,7 @@ impl Acquire for Plain {
         lock(mutex)
     }
 
-    fn claimed(&self, _retried: bool) {}
+    fn claimed(&self, _retried: bool, _since: Option<Instant>) {}
 }
 
 /// Runnable items of one pool. `T` is a queue entry in the runtime and a plain value
@@ -95,9 +103,10 @@ impl<T> Worklist<T> {
     /// Appends an item.
     pub(crate) fn push(&self, item: T, how: &impl Acquire) {
         let item = if let Some(ring) = &self.ring {
-            match ring.push(item) {
+            let mut since = None;
+            match ring.push(item, &mut || since = how.retry_clock()) {
                 Ok(retried) => {
-                    how.claimed(retried);
+                    how.claimed(retried, since);
                     self.len.fetch_add(1, SeqCst);
                     return;
                 }
@@ -115,7 +124,8 @@ impl<T> Worklist<T> {
     fn push_locked(&self, item: T, spill: &mut VecDeque<T>) {
         let item = match self.ring.as_ref().filter(|r| !r.is_closed()) {
             None => item,
-            Some(ring) => match ring.push(item) {
+            // Counted as the lock's acquisition, which the caller made.
+            Some(ring) => match ring.push(item, &mut || {}) {
                 Ok(_) => {
                     self.len.fetch_add(1, SeqCst);
                     return;
@@ -159,11 +169,12 @@ impl<T> Worklist<T> {
     pub(crate) fn push_many(&self, batch: impl ExactSizeIterator<Item = T>, how: &impl Acquire) {
         let mut batch = batch.into_iter();
         while let Some(ring) = self.ring.as_ref().filter(|_| batch.len() > 0) {
-            let (n, retried) = ring.push_run(&mut batch);
+            let mut since = None;
+            let (n, retried) = ring.push_run(&mut batch, &mut || since = how.retry_clock());
             if n == 0 {
                 break;
             }
-            how.claimed(retried);
+            how.claimed(retried, since);
             self.len.fetch_add(n, SeqCst);
         }
         let n = batch.len();
@@ -219,9 +230,10 @@ impl<T> Worklist<T> {
         if let Some(ring) = &self.ring {
             // The ring first, whose `head` is the workers' line: it takes nothing
             // once the ring is closed.
-            let (n, retried) = ring.take(max, into);
+            let mut since = None;
+            let (n, retried) = ring.take(max, into, &mut || since = how.retry_clock());
             if n > 0 {
-                how.claimed(retried);
+                how.claimed(retried, since);
                 self.len.fetch_sub(n, SeqCst);
                 return n;
             }
@@ -297,7 +309,7 @@ mod tests {
             lock(mutex)
         }
 
-        fn claimed(&self, _retried: bool) {
+        fn claimed(&self, _retried: bool, _since: Option<Instant>) {
             self.claims.set(self.claims.get() + 1);
         }
     }

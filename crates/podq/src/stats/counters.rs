@@ -5,7 +5,6 @@ use crate::lease::{self, Slot, LEASES};
 use crate::sync::unmodelled;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-#[cfg(feature = "stats")]
 use std::time::Instant;
 
 #[cfg(feature = "stats")]
@@ -222,9 +221,10 @@ impl ItemCounters {
 
 /// Contention of a worklist at one kind of call site: of its lock, and of its ring's
 /// positions (`pool/ring.rs`), which count as acquisitions too, contended when another
-/// thread's claim made one retry. The lock's fields are written only while holding
-/// that lock (after acquiring it), so by one thread at a time (AL); the ring's are
-/// sharded.
+/// thread's claim made one retry, and waiting from that retry until the claim
+/// succeeds. The lock's fields are written only while holding that lock (after
+/// acquiring it), so by one thread at a time (AL); the ring's counts are sharded, and
+/// its timed waits are locked adds.
 #[derive(Default, Debug)]
 pub(crate) struct LockCounters {
     acquisitions: Counter,
@@ -234,8 +234,13 @@ pub(crate) struct LockCounters {
     timed_wait_ns: Counter,
     /// Ring claims by queuers (workers count theirs in their own counters).
     claims: ShardedCounter,
-    /// Ring claims that retried. Their wait, a few compare-and-swaps, is not timed.
+    /// Ring claims that retried.
     claims_retried: ShardedCounter,
+    /// Retried claims whose wait was timed (`sample_lock_wait`, from the first retry to
+    /// the claim), and their wait: locked adds by any thread, a sample of contended
+    /// events only, so not sharded (a pool keeps its counters small).
+    claims_timed: Counter,
+    claims_timed_wait_ns: Counter,
 }
 
 /// Counts acquisitions in the lock's own counters (queuers).
@@ -250,10 +255,15 @@ impl crate::pool::Acquire for LockCounters {
     }
 
     #[inline]
-    fn claimed(&self, retried: bool) {
+    fn retry_clock(&self) -> Option<Instant> {
+        retry_clock()
+    }
+
+    #[inline]
+    fn claimed(&self, retried: bool, since: Option<Instant>) {
         self.claims.inc();
         if retried {
-            self.claims_retried.inc();
+            self.retried(since);
         }
     }
 }
@@ -272,12 +282,27 @@ impl crate::pool::Acquire for OwnedAcquire<'_> {
     }
 
     #[inline]
-    fn claimed(&self, retried: bool) {
+    fn retry_clock(&self) -> Option<Instant> {
+        retry_clock()
+    }
+
+    #[inline]
+    fn claimed(&self, retried: bool, since: Option<Instant>) {
         self.acquisitions.inc();
         if retried {
-            self.lock.claims_retried.inc();
+            self.lock.retried(since);
         }
     }
+}
+
+/// A clock reading for a sample of the retried ring claims (as of the lock's contended
+/// acquisitions, one in `LOCK_WAIT_EVERY` of the thread's), none without `stats`.
+#[inline]
+fn retry_clock() -> Option<Instant> {
+    #[cfg(feature = "stats")]
+    return sample_lock_wait().then(Instant::now);
+    #[cfg(not(feature = "stats"))]
+    None
 }
 
 impl LockCounters {
@@ -288,6 +313,19 @@ impl LockCounters {
             lock: self,
             acquisitions,
         }
+    }
+
+    /// Counts a ring claim that retried, and its wait if its first retry was timed.
+    #[inline]
+    fn retried(&self, since: Option<Instant>) {
+        self.claims_retried.inc();
+        #[cfg(feature = "stats")]
+        if let Some(since) = since {
+            self.claims_timed.inc();
+            self.claims_timed_wait_ns.add(elapsed_ns(since));
+        }
+        #[cfg(not(feature = "stats"))]
+        let _ = since;
     }
 
     #[inline]
@@ -312,10 +350,16 @@ impl LockCounters {
 
     pub(super) fn snapshot(&self) -> LockStats {
         let contended = self.contended.get();
+        let retried = self.claims_retried.get();
         LockStats {
             acquisitions: self.acquisitions.get() + self.claims.get(),
-            contended: contended + self.claims_retried.get(),
-            wait_ns: scaled_wait(self.timed_wait_ns.get(), self.timed.get(), contended),
+            contended: contended + retried,
+            wait_ns: scaled_wait(self.timed_wait_ns.get(), self.timed.get(), contended)
+                + scaled_wait(
+                    self.claims_timed_wait_ns.get(),
+                    self.claims_timed.get(),
+                    retried,
+                ),
         }
     }
 }
@@ -393,6 +437,30 @@ mod tests {
         // A snapshot that read `contended` before the last timed one's count.
         assert_eq!(scaled_wait(300, 2, 1), 300);
         assert_eq!(scaled_wait(u64::MAX, 1, u64::MAX), u64::MAX);
+    }
+
+    /// A retried ring claim is contended, and its wait from the first retry counts in
+    /// `wait_ns` apart from the lock's: a thread's first is always timed, so the mean
+    /// of the timed ones stands for every retried claim.
+    #[test]
+    fn a_retried_ring_claim_counts_its_wait_from_the_first_retry() {
+        use crate::pool::Acquire;
+        let counters = LockCounters::default();
+        counters.claimed(false, None);
+        assert_eq!(counters.snapshot().wait_ns, 0, "{:?}", counters.snapshot());
+        // A fresh thread: its first sampled retry is timed.
+        let since = std::thread::scope(|s| s.spawn(|| counters.retry_clock()).join().unwrap());
+        let since = since.expect("a thread's first retry is timed");
+        std::thread::sleep(std::time::Duration::from_millis(2));
+        counters.claimed(true, Some(since));
+        // A second retried claim whose wait was not timed: estimated from the first.
+        counters.claimed(true, None);
+        let stats = counters.snapshot();
+        assert_eq!((stats.acquisitions, stats.contended), (3, 2), "{stats:?}");
+        assert!(
+            stats.wait_ns >= 4_000_000,
+            "two waits of at least 2 ms: {stats:?}"
+        );
     }
 
     /// Every contended acquisition is counted and its wait estimated from the timed

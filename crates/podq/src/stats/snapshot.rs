@@ -38,10 +38,10 @@ pub struct LockStats {
     /// Times another thread had it: a ring claim retried after another's, or the lock
     /// already held (the try-lock failed).
     pub contended: u64,
-    /// Total time spent waiting in contended lock acquisitions: the mean wait of a
-    /// systematic sample of them (one in 8 per thread, each thread's first always)
-    /// times their count, since two clock reads cost more than a short wait. A
-    /// retried ring claim waits a few compare-and-swaps and is not timed.
+    /// Total time spent waiting in contended acquisitions: for the lock and for the
+    /// ring's retried claims (from the first retry to the claim) apart, the mean wait
+    /// of a systematic sample of them (one in 8 per thread, each thread's first
+    /// always) times their count, since two clock reads cost more than a short wait.
     pub wait_ns: u64,
 }
 
