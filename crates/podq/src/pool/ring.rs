@@ -118,7 +118,10 @@ impl<T> Ring<T> {
                         slot.stamp.store(tail + 1, Release);
                         return Ok(retried);
                     }
-                    Err(now) => tail = now,
+                    Err(now) => {
+                        tail = now;
+                        note_retry(&mut retried, on_retry);
+                    }
                 }
             } else if lag < 0 {
                 // The slot still holds the item of the lap before.
@@ -126,10 +129,10 @@ impl<T> Ring<T> {
             } else {
                 // Another queuer claimed this position already, and our `tail` is
                 // behind: a load that may be as old again until the line arrives.
+                note_retry(&mut retried, on_retry);
                 spin_wait(&mut spins);
                 tail = self.tail.load(Relaxed);
             }
-            note_retry(&mut retried, on_retry);
         }
     }
 
@@ -160,9 +163,9 @@ impl<T> Ring<T> {
                     return (0, retried);
                 }
                 // Another queuer claimed this position already.
+                note_retry(&mut retried, on_retry);
                 spin_wait(&mut spins);
                 tail = self.tail.load(Relaxed);
-                note_retry(&mut retried, on_retry);
                 continue;
             }
             match self
