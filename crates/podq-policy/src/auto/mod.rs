@@ -44,341 +44,16 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use podq_topology::{CpuSet, Error, Scope, Topology};
+use podq_topology::{CpuSet, Scope};
 use serde::{Deserialize, Serialize};
 
-/// The distinct pod layouts of a workqueue's CPUs, narrowest first.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Ladder {
-    rungs: Vec<Rung>,
-    /// Node of each CPU (index: CPU number), for arrival signatures.
-    cpu_node: Vec<Option<usize>>,
-    /// The nodes, in signature order.
-    nodes: Vec<usize>,
-}
+mod config;
+mod ladder;
+mod window;
 
-/// One pod layout of the ladder.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Rung {
-    /// The scope reported for this layout.
-    pub scope: Scope,
-    /// Every concrete scope that gives this layout.
-    pub aliases: Vec<Scope>,
-    /// The pods, within the workqueue's cpumask.
-    pub pods: Vec<CpuSet>,
-}
-
-impl Ladder {
-    /// The ladder of `topology`'s scopes within `cpumask`. Scopes with identical pods
-    /// share a rung, reported by the first of them in the kernel's order, except that the
-    /// built-in default (`cache_shard`) names any rung it belongs to.
-    pub fn new(topology: &Topology, cpumask: &CpuSet) -> Result<Ladder, Error> {
-        let mut rungs: Vec<Rung> = Vec::new();
-        for scope in Scope::CONCRETE {
-            let layout = topology.pods(scope)?;
-            let mut pods: Vec<CpuSet> = layout
-                .pod_cpus
-                .iter()
-                .map(|p| p.intersection(cpumask))
-                .filter(|p| !p.is_empty())
-                .collect();
-            pods.sort();
-            match rungs.iter_mut().find(|r| r.pods == pods) {
-                Some(rung) => {
-                    rung.aliases.push(scope);
-                    if scope == Scope::BUILTIN_DEFAULT {
-                        rung.scope = scope;
-                    }
-                }
-                None => rungs.push(Rung {
-                    scope,
-                    aliases: vec![scope],
-                    pods,
-                }),
-            }
-        }
-        // More pods first; equal counts keep the kernel's order (stable sort).
-        rungs.sort_by_key(|r| std::cmp::Reverse(r.pods.len()));
-        let size = cpumask.last().map_or(0, |c| c + 1);
-        let cpu_node: Vec<Option<usize>> = (0..size)
-            .map(|c| {
-                if cpumask.contains(c) {
-                    topology.node_of(c)
-                } else {
-                    None
-                }
-            })
-            .collect();
-        let mut nodes: Vec<usize> = cpu_node.iter().flatten().copied().collect();
-        nodes.sort_unstable();
-        nodes.dedup();
-        Ok(Ladder {
-            rungs,
-            cpu_node,
-            nodes,
-        })
-    }
-
-    /// The rungs, narrowest first.
-    pub fn rungs(&self) -> &[Rung] {
-        &self.rungs
-    }
-
-    /// The rung whose layout `scope` gives (`None` for `default` and `auto`).
-    pub fn rung_of(&self, scope: Scope) -> Option<usize> {
-        self.rungs.iter().position(|r| r.aliases.contains(&scope))
-    }
-
-    /// The state of a controller starting at `scope` (a concrete scope; anything else
-    /// starts at the built-in default) with strictness `strict`.
-    pub fn start(&self, scope: Scope, strict: bool) -> AutoState {
-        let rung = self
-            .rung_of(scope)
-            .or_else(|| self.rung_of(Scope::BUILTIN_DEFAULT))
-            .unwrap_or(0);
-        AutoState {
-            rung,
-            strict,
-            windows: 0,
-            since_switch: u64::MAX / 2,
-            switches: 0,
-            pending: None,
-            recent: Vec::new(),
-            last: None,
-            judged: Judged::default(),
-            eval: None,
-            recent_rates: Vec::new(),
-            memory: Vec::new(),
-        }
-    }
-
-    fn node_of(&self, cpus: &CpuSet) -> Option<usize> {
-        cpus.first()
-            .and_then(|c| self.cpu_node.get(c).copied().flatten())
-    }
-}
-
-/// The controller's thresholds and limits. Defaults are for 100 ms windows. In JSON,
-/// missing fields take their defaults and unknown ones are refused.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AutoConfig {
-    /// Windows with fewer finished items are too quiet to judge.
-    pub min_items: u64,
-    /// A pod's lock is judged only with at least this many acquisitions in the window.
-    pub min_acquisitions: u64,
-    /// Consecutive windows a problem must be seen in before a switch.
-    pub confirm_windows: u32,
-    /// Windows after a switch before the next one (and before its outcome is judged).
-    pub min_dwell_windows: u32,
-    /// At most this many switches ...
-    pub max_switches: u32,
-    /// ... in any this many windows.
-    pub rate_windows: u32,
-    /// Lock contention: the share of a pod's CPU time spent waiting for its pool lock
-    /// that counts as a problem.
-    pub lock_wait_enter: f64,
-    /// Below this share a lock is cool: the confirmation count restarts.
-    pub lock_wait_exit: f64,
-    /// A pod busy for at least this share of its CPUs' time is saturated.
-    pub saturated_busy: f64,
-    /// A pod busy for at most this share, with no backlog, is idle.
-    pub idle_busy: f64,
-    /// Imbalance needs idle CPUs worth at least this share of the saturated ones.
-    pub min_idle_share: f64,
-    /// Spill: the share of items run outside their LLC that makes a wide scope too wide
-    /// when nothing is saturated.
-    pub spill_share: f64,
-    /// A switch whose items/s falls by more than this share is reverted.
-    pub regression: f64,
-    /// A switch whose items/s falls below this share of what it was is reverted as
-    /// soon as `confirm_windows` windows show it, without waiting for the dwell.
-    pub collapse: f64,
-    /// A step must reduce the problem it was made for by this share to be followed by
-    /// another step in the same direction.
-    pub min_gain: f64,
-    /// Two loads are the same when their per-node arrival shares differ by at most this
-    /// (sum of differences) and their arrival rates by at most this share.
-    pub same_load: f64,
-}
-
-impl Default for AutoConfig {
-    fn default() -> Self {
-        AutoConfig {
-            min_items: 64,
-            min_acquisitions: 32,
-            confirm_windows: 3,
-            min_dwell_windows: 10,
-            max_switches: 4,
-            rate_windows: 300,
-            lock_wait_enter: 0.05,
-            lock_wait_exit: 0.02,
-            saturated_busy: 0.85,
-            idle_busy: 0.30,
-            min_idle_share: 0.25,
-            spill_share: 0.5,
-            regression: 0.05,
-            collapse: 0.5,
-            min_gain: 0.2,
-            same_load: 0.25,
-        }
-    }
-}
-
-impl AutoConfig {
-    /// Checks the values: shares in `0..=1`, the exit threshold not above the enter
-    /// one, at least one confirmation window and one switch per rate span.
-    pub fn validate(&self) -> Result<(), String> {
-        let shares = [
-            ("lock_wait_enter", self.lock_wait_enter),
-            ("lock_wait_exit", self.lock_wait_exit),
-            ("saturated_busy", self.saturated_busy),
-            ("idle_busy", self.idle_busy),
-            ("min_idle_share", self.min_idle_share),
-            ("spill_share", self.spill_share),
-            ("regression", self.regression),
-            ("collapse", self.collapse),
-            ("min_gain", self.min_gain),
-            ("same_load", self.same_load),
-        ];
-        if let Some((name, value)) = shares.iter().find(|(_, v)| !(0.0..=1.0).contains(v)) {
-            return Err(format!("{name} = {value}: must be a share in 0..=1"));
-        }
-        if self.lock_wait_exit > self.lock_wait_enter {
-            return Err(format!(
-                "lock_wait_exit = {} is above lock_wait_enter = {}",
-                self.lock_wait_exit, self.lock_wait_enter
-            ));
-        }
-        if self.confirm_windows == 0 || self.max_switches == 0 || self.rate_windows == 0 {
-            return Err("confirm_windows, max_switches and rate_windows must be at least 1".into());
-        }
-        Ok(())
-    }
-}
-
-/// One pod's statistics over a window.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct PodWindow {
-    /// The pod's CPUs (its pool's pod mask).
-    pub cpus: CpuSet,
-    /// How many CPUs' worth of time the pod can use: its CPUs, or on a topology mapped
-    /// onto fewer real CPUs, the real CPUs they run on. Busy and wait shares are of this.
-    pub capacity: usize,
-    /// Items queued onto the pod's pool.
-    pub queued: u64,
-    /// Items its workers started.
-    pub started: u64,
-    /// Items queued and not yet started at the end of the window.
-    pub backlog: u64,
-    /// Time its workers spent running items.
-    pub busy_ns: u64,
-    /// Pool-lock acquisitions (enqueue and dequeue).
-    pub lock_acquisitions: u64,
-    /// Of those, the ones that found the lock held.
-    pub lock_contended: u64,
-    /// Time spent waiting in contended acquisitions.
-    pub lock_wait_ns: u64,
-}
-
-/// One pool's counts since it was made, as the runtime's statistics and the
-/// simulator keep them: a pod's window is the difference of two
-/// ([`PodWindow::between`]), so both measure a window the same way.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PoolCounts {
-    /// Items queued onto the pool.
-    pub queued: u64,
-    /// Items its workers started.
-    pub started: u64,
-    /// Items its workers finished.
-    pub finished: u64,
-    /// Of the finished items, those whose run time was measured: every one in the
-    /// simulator; in the runtime the items a weighted sample stands for (each measured
-    /// item counted with its weight, `podq::Latency`), so a window's busy time is
-    /// scaled from it to the finished items.
-    pub measured: u64,
-    /// The run time of the measured items (in the runtime, each times its weight).
-    pub measured_run_ns: u64,
-    /// Pool-lock acquisitions (enqueue and dequeue).
-    pub lock_acquisitions: u64,
-    /// Of those, the ones that found the lock held.
-    pub lock_contended: u64,
-    /// Time spent waiting in contended acquisitions.
-    pub lock_wait_ns: u64,
-}
-
-impl PoolCounts {
-    /// Time the pool's workers spent running the items finished between `before`
-    /// and `self`: the window's measured run time times its finished items per
-    /// measured one; a window without a measured item counts its finished items at
-    /// the mean run time so far. Exact when every item is measured.
-    pub fn busy_since(&self, before: &PoolCounts) -> u64 {
-        let finished = self.finished.saturating_sub(before.finished);
-        let measured = self.measured.saturating_sub(before.measured);
-        let (run_ns, per) = if measured > 0 {
-            (
-                self.measured_run_ns.saturating_sub(before.measured_run_ns),
-                measured,
-            )
-        } else {
-            (self.measured_run_ns, self.measured)
-        };
-        if per == 0 {
-            return 0;
-        }
-        let busy = u128::from(run_ns) * u128::from(finished) / u128::from(per);
-        u64::try_from(busy).unwrap_or(u64::MAX)
-    }
-}
-
-impl PodWindow {
-    /// The window of the pod `cpus` (of `capacity` CPUs' worth of time) whose pool
-    /// counted `before` at the window's start and `now` at its end, with `backlog`
-    /// items queued and not started at the end.
-    pub fn between(
-        cpus: CpuSet,
-        capacity: usize,
-        backlog: u64,
-        before: &PoolCounts,
-        now: &PoolCounts,
-    ) -> PodWindow {
-        let d = |f: fn(&PoolCounts) -> u64| f(now).saturating_sub(f(before));
-        PodWindow {
-            cpus,
-            capacity,
-            queued: d(|c| c.queued),
-            started: d(|c| c.started),
-            backlog,
-            busy_ns: now.busy_since(before),
-            lock_acquisitions: d(|c| c.lock_acquisitions),
-            lock_contended: d(|c| c.lock_contended),
-            lock_wait_ns: d(|c| c.lock_wait_ns),
-        }
-    }
-}
-
-/// Where the window's items ran relative to where they were queued.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PlaceCounts {
-    /// Same CPU, another SMT thread, or another core of the same LLC.
-    pub same_llc: u64,
-    /// Another LLC, or another node.
-    pub off_llc: u64,
-}
-
-/// A workqueue's statistics over one window.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct Window {
-    /// Length of the window.
-    pub duration_ns: u64,
-    /// Items finished in the window.
-    pub completed: u64,
-    /// One entry per pool of the scope in force; pools of other layouts (retiring after a
-    /// switch) are ignored.
-    pub pods: Vec<PodWindow>,
-    /// Where items ran.
-    pub places: PlaceCounts,
-}
+pub use config::AutoConfig;
+pub use ladder::{Ladder, Rung};
+pub use window::{PlaceCounts, PodWindow, PoolCounts, Window};
 
 /// Why the controller decided what it did; the numbers are those that triggered it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -717,6 +392,24 @@ pub struct AutoState {
 }
 
 impl AutoState {
+    /// A controller at `rung` with strictness `strict` that has seen no window.
+    fn at(rung: usize, strict: bool) -> AutoState {
+        AutoState {
+            rung,
+            strict,
+            windows: 0,
+            since_switch: u64::MAX / 2,
+            switches: 0,
+            pending: None,
+            recent: Vec::new(),
+            last: None,
+            judged: Judged::default(),
+            eval: None,
+            recent_rates: Vec::new(),
+            memory: Vec::new(),
+        }
+    }
+
     /// The rung in force.
     pub fn rung(&self) -> usize {
         self.rung
@@ -1172,6 +865,7 @@ fn switch(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use podq_topology::Topology;
     use proptest::prelude::*;
 
     const WINDOW_NS: u64 = 100_000_000;
@@ -1180,75 +874,6 @@ mod tests {
         let topology = Topology::synthetic(shape).unwrap();
         let ladder = Ladder::new(&topology, topology.usable()).unwrap();
         (topology, ladder)
-    }
-
-    fn counts(finished: u64, measured: u64, measured_run_ns: u64) -> PoolCounts {
-        PoolCounts {
-            finished,
-            measured,
-            measured_run_ns,
-            ..PoolCounts::default()
-        }
-    }
-
-    #[test]
-    fn busy_time_scales_the_measured_run_time_to_every_finished_item() {
-        let before = counts(100, 10, 50_000);
-        // 160 finished in the window, 10 of them measured at 1 µs each.
-        assert_eq!(counts(260, 20, 60_000).busy_since(&before), 160_000);
-        // None measured in the window: its 4 items at the mean so far (5 µs).
-        assert_eq!(counts(104, 10, 50_000).busy_since(&before), 20_000);
-        assert_eq!(before.busy_since(&before), 0);
-        assert_eq!(
-            counts(3, 0, 0).busy_since(&PoolCounts::default()),
-            0,
-            "nothing measured yet"
-        );
-        // Every item measured (the simulator): exact.
-        assert_eq!(
-            counts(107, 107, 1_234_567).busy_since(&counts(7, 7, 4_567)),
-            1_230_000
-        );
-    }
-
-    #[test]
-    fn a_pods_window_is_the_difference_of_its_pools_counts() {
-        let before = PoolCounts {
-            queued: 10,
-            started: 8,
-            finished: 8,
-            measured: 8,
-            measured_run_ns: 800,
-            lock_acquisitions: 20,
-            lock_contended: 2,
-            lock_wait_ns: 50,
-        };
-        let now = PoolCounts {
-            queued: 25,
-            started: 20,
-            finished: 18,
-            measured: 18,
-            measured_run_ns: 2_000,
-            lock_acquisitions: 50,
-            lock_contended: 5,
-            lock_wait_ns: 150,
-        };
-        let cpus = CpuSet::first_n(2);
-        let w = PodWindow::between(cpus.clone(), 2, 5, &before, &now);
-        assert_eq!(
-            w,
-            PodWindow {
-                cpus,
-                capacity: 2,
-                queued: 15,
-                started: 12,
-                backlog: 5,
-                busy_ns: 1_200,
-                lock_acquisitions: 30,
-                lock_contended: 3,
-                lock_wait_ns: 100,
-            }
-        );
     }
 
     /// A pod's window: busy share, backlog, lock-wait share, contended share, arrivals.
@@ -1310,56 +935,6 @@ mod tests {
             }
         }
         (state, switches)
-    }
-
-    fn scopes(ladder: &Ladder) -> Vec<Scope> {
-        ladder.rungs().iter().map(|r| r.scope).collect()
-    }
-
-    #[test]
-    fn configs_are_checked() {
-        assert_eq!(AutoConfig::default().validate(), Ok(()));
-        let bad = |c: AutoConfig| c.validate().unwrap_err();
-        let e = bad(AutoConfig {
-            idle_busy: 1.5,
-            ..AutoConfig::default()
-        });
-        assert_eq!(e, "idle_busy = 1.5: must be a share in 0..=1");
-        let e = bad(AutoConfig {
-            lock_wait_exit: 0.1,
-            ..AutoConfig::default()
-        });
-        assert!(e.starts_with("lock_wait_exit = 0.1 is above"), "{e}");
-        assert!(bad(AutoConfig {
-            confirm_windows: 0,
-            ..AutoConfig::default()
-        })
-        .contains("confirm_windows"));
-        assert!(bad(AutoConfig {
-            saturated_busy: f64::NAN,
-            ..AutoConfig::default()
-        })
-        .contains("saturated_busy"));
-    }
-
-    #[test]
-    fn ladders_merge_identical_layouts() {
-        use Scope::*;
-        let (_, two_node) = ladder("2s24c2t");
-        assert_eq!(scopes(&two_node), [Cpu, Smt, CacheShard, Cache, System]);
-        assert_eq!(two_node.rungs()[3].aliases, [Cache, Numa]);
-        assert_eq!(two_node.rungs()[2].pods.len(), 6);
-        let (_, one_llc) = ladder("1s12c");
-        assert_eq!(scopes(&one_llc), [Cpu, CacheShard, Cache]);
-        assert_eq!(one_llc.rungs()[0].aliases, [Cpu, Smt]);
-        assert_eq!(one_llc.rungs()[2].aliases, [Cache, Numa, System]);
-        // One LLC of 8 cores is one shard: cache_shard names the merged rung.
-        let (_, small) = ladder("1s8c2t");
-        assert_eq!(scopes(&small), [Cpu, Smt, CacheShard]);
-        assert_eq!(small.rungs()[2].aliases, [Cache, CacheShard, Numa, System]);
-        assert_eq!(small.rung_of(Numa), Some(2));
-        assert_eq!(small.rung_of(Scope::Auto), None);
-        assert_eq!(small.start(Scope::Auto, false).rung(), 2);
     }
 
     /// The 12-core single-L3 case: one pool whose lock costs 20% of its CPUs' time,
