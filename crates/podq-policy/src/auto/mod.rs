@@ -1215,21 +1215,29 @@ mod tests {
         );
     }
 
+    /// The 12-core box's one pool, contended at 12 CPUs, whose narrower pools finish
+    /// only `narrower` items a window (a plant where the lock is not what limits
+    /// throughput).
+    fn contended_but_narrower_is_slower(
+        ladder: &Ladder,
+        narrower: u64,
+    ) -> impl Fn(&AutoState) -> Window + Copy + '_ {
+        move |s: &AutoState| {
+            let mut w = window(ladder, s, |p| {
+                pod(p, 0.6, 0, if p.len() == 12 { 0.2 } else { 0.0 }, 0.5)
+            });
+            w.completed = if s.rung() == 2 { ITEMS } else { narrower };
+            w
+        }
+    }
+
     /// A switch that costs throughput is reverted after the dwell, and not tried again
     /// under the same load.
     #[test]
     fn a_regressing_switch_is_reverted_once() {
         let (_, ladder) = ladder("1s12c");
         let config = AutoConfig::default();
-        // Contended at 12 CPUs, yet narrower pools finish fewer items (a plant where the
-        // lock is not what limits throughput).
-        let plant = |s: &AutoState| {
-            let mut w = window(&ladder, s, |p| {
-                pod(p, 0.6, 0, if p.len() == 12 { 0.2 } else { 0.0 }, 0.5)
-            });
-            w.completed = if s.rung() == 2 { ITEMS } else { 8_000 };
-            w
-        };
+        let plant = contended_but_narrower_is_slower(&ladder, 8_000);
         let (st, switches) = run(
             &ladder,
             &config,
@@ -1268,13 +1276,7 @@ mod tests {
     fn a_collapsing_switch_is_reverted_at_once() {
         let (_, ladder) = ladder("1s12c");
         let config = AutoConfig::default();
-        let plant = |s: &AutoState| {
-            let mut w = window(&ladder, s, |p| {
-                pod(p, 0.6, 0, if p.len() == 12 { 0.2 } else { 0.0 }, 0.5)
-            });
-            w.completed = if s.rung() == 2 { ITEMS } else { 3_000 };
-            w
-        };
+        let plant = contended_but_narrower_is_slower(&ladder, 3_000);
         let (_, switches) = run(
             &ladder,
             &config,
