@@ -30,6 +30,30 @@ pub fn thread_context_switches() -> Result<u64> {
     context_switches_of(libc::RUSAGE_THREAD)
 }
 
+/// The process's and the calling thread's context switches at one moment: a
+/// benchmark's driver thread takes two and counts its workers' switches in between.
+#[derive(Clone, Copy, Debug)]
+pub struct Switches {
+    process: u64,
+    driver: u64,
+}
+
+impl Switches {
+    /// Both counts now.
+    pub fn now() -> Result<Switches> {
+        Ok(Switches {
+            process: process_context_switches()?,
+            driver: thread_context_switches()?,
+        })
+    }
+
+    /// The switches of every thread but the caller (the driver) since `earlier`.
+    pub fn since(self, earlier: Switches) -> u64 {
+        let process = self.process.saturating_sub(earlier.process);
+        process.saturating_sub(self.driver.saturating_sub(earlier.driver))
+    }
+}
+
 fn context_switches_of(who: libc::c_int) -> Result<u64> {
     // SAFETY: an all-zero rusage is a valid value to be overwritten.
     let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -347,6 +371,19 @@ mod tests {
         cpu1 4227 0 1416 38479 197 0 18 6 0 0\n\
         intr 139576 0 0 0\n\
         ctxt 257514\n";
+
+    #[test]
+    fn the_drivers_own_switches_are_left_out() {
+        let before = Switches {
+            process: 100,
+            driver: 10,
+        };
+        let after = Switches {
+            process: 180,
+            driver: 25,
+        };
+        assert_eq!(after.since(before), 65);
+    }
 
     #[test]
     fn sched_migrations_parse() {

@@ -80,6 +80,11 @@ fn queue_workload_counts_every_item() {
         // --items is per producer; every one of them ran.
         assert_eq!(r["items"], 900);
         assert!(r["scope"].is_null() && r["strict"].is_null());
+        // The producers' and workers' context switches, and the round's rate of them;
+        // other tests have none.
+        let switches = r["context_switches"].as_u64().unwrap() as f64;
+        let per_kitem = r["rounds"][0]["switches_per_kitem"].as_f64().unwrap();
+        assert!((per_kitem - switches * 1000.0 / 900.0).abs() < 1e-9, "{r}");
     }
 }
 
@@ -95,6 +100,7 @@ fn latency_workload_reports_slat_and_clat() {
     let results = results(&report, "latency");
     assert_eq!(results[0]["producers"], 1);
     assert!(results[0]["submit_ns"]["p50"].is_number());
+    assert!(results[0]["context_switches"].is_null());
     assert_eq!(report["settings"]["think"], "50us");
 }
 

@@ -136,6 +136,7 @@ fn ladder_prints_queue_and_latency_tables() {
     assert!(out.status.success(), "{}", stderr(&out));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("queue: 72 producer(s)"), "{text}");
+    assert!(text.contains("ctxsw/1k items"), "{text}");
     assert!(text.contains("latency: one submitter"), "{text}");
     assert!(text.contains("cache_shard strict"), "{text}");
     assert!(text.contains("M events/s"), "{text}");

@@ -894,14 +894,27 @@ fn queue_table(results: &[&RunResult]) -> String {
                 report::percentile_cell(l.count, 50.0, l.p50),
                 report::percentile_cell(l.count, 90.0, l.p90),
                 report::percentile_cell(l.count, 95.0, l.p95),
+                switches_cell(r),
+                spread(r, |x| x.switches_per_kitem.unwrap_or(0.0), switches),
             ]
         })
         .collect();
     format!(
-        "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call; n: queue calls\n{}{}",
+        "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call; n: queue calls; ctxsw: context switches of producers and workers\n{}{}",
         results.first().map_or(0, |r| r.producers),
         report::table(
-            &["system", "scope", "n", "items/s", "rounds min … max", "queue p50", "p90", "p95"],
+            &[
+                "system",
+                "scope",
+                "n",
+                "items/s",
+                "rounds min … max",
+                "queue p50",
+                "p90",
+                "p95",
+                "ctxsw/1k items",
+                "rounds min … max",
+            ],
             &rows,
             2
         ),
@@ -969,11 +982,14 @@ fn switches(per_kitem: f64) -> String {
     format!("{per_kitem:.1}")
 }
 
-/// A `throughput` or `scale` result's context switches per 1000 runs over its rounds.
+/// A `throughput`, `scale` or `queue` result's context switches per 1000 runs over its
+/// rounds.
 fn switches_cell(r: &RunResult) -> String {
-    r.throughput.as_ref().map_or("-".to_owned(), |t| {
-        switches(report::per_kitem(t.context_switches, r.items))
-    })
+    r.throughput
+        .as_ref()
+        .map(|t| t.context_switches)
+        .or(r.context_switches)
+        .map_or("-".to_owned(), |n| switches(report::per_kitem(n, r.items)))
 }
 
 fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String {

@@ -884,6 +884,7 @@ mod tests {
             throughput: None,
             memory: None,
             idle: None,
+            context_switches: None,
             pool_locks: None,
             rounds: vec![round(4e5), round(6e5)],
             histogram: h,

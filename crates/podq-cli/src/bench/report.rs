@@ -100,6 +100,8 @@ pub struct RunResult {
     pub memory: Option<super::workloads::memory::MemoryDetail>,
     /// `idle` only.
     pub idle: Option<super::workloads::idle::IdleDetail>,
+    /// `queue` only: the producers' and workers' context switches over the rounds.
+    pub context_switches: Option<u64>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
     /// Each round's own figures, in the order the rounds ran (the fields above sum
@@ -143,7 +145,7 @@ pub struct Round {
     pub accepted_per_sec: Option<f64>,
     /// `throughput_*` only: the round's calls per second while submitting.
     pub calls_per_sec: Option<f64>,
-    /// `throughput_*` only: the round's context switches per 1000 items run.
+    /// `throughput_*` and `queue`: the round's context switches per 1000 items run.
     pub switches_per_kitem: Option<f64>,
     /// `memory_*` only: the round's live bytes per queued item.
     pub bytes_per_item: Option<f64>,
@@ -734,6 +736,7 @@ mod tests {
             throughput: None,
             memory: None,
             idle: None,
+            context_switches: None,
             pool_locks: None,
             rounds: Vec::new(),
             histogram: h,

@@ -219,6 +219,8 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
         throughput,
         memory: None,
         idle: None,
+        context_switches: matches!(w, Workload::Queue { .. })
+            .then_some(seg.counters.context_switches),
         pool_locks: Some(pool_locks(&seg.pool_locks)),
         // A seeded simulation is one deterministic run: there is no spread to show.
         rounds: Vec::new(),
@@ -395,15 +397,18 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
                     enq,
                     deq,
                     wait,
+                    r.context_switches.map_or("-".to_owned(), |n| {
+                        format!("{:.1}", report::per_kitem(n, r.items))
+                    }),
                     idle_cells(&s.sim),
                 ]
             })
             .collect();
         out.push_str(&format!(
-            "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call; lock columns: contended share, total wait\n{}",
+            "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call; lock columns: contended share, total wait; ctxsw: the simulated threads' context switches\n{}",
             queue[0].run.producers,
             report::table(
-                &["scope", "items/s", "queue p50", "p90", "p95", "enqueue", "dequeue", "lock wait", "idle/node"],
+                &["scope", "items/s", "queue p50", "p90", "p95", "enqueue", "dequeue", "lock wait", "ctxsw/1k items", "idle/node"],
                 &rows,
                 1
             )

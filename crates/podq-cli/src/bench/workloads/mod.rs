@@ -102,6 +102,9 @@ pub struct Sample {
     pub memory: Option<memory::MemoryDetail>,
     /// Idle-test extras.
     pub idle: Option<idle::IdleDetail>,
+    /// `queue` only: the producers' and workers' context switches (the driver's left
+    /// out).
+    pub context_switches: Option<u64>,
 }
 
 impl Sample {
@@ -121,7 +124,9 @@ impl Sample {
             switches_per_kitem: self
                 .throughput
                 .as_ref()
-                .map(|t| report::per_kitem(t.context_switches, self.items)),
+                .map(|t| t.context_switches)
+                .or(self.context_switches)
+                .map(|n| report::per_kitem(n, self.items)),
             bytes_per_item: self.memory.as_ref().map(|m| m.bytes_per_item),
             idle_cpu_share: self.idle.as_ref().map(idle::IdleDetail::cpu_share),
         }
@@ -149,6 +154,9 @@ impl Sample {
         }
         if let (Some(a), Some(b)) = (self.idle.as_mut(), other.idle) {
             a.merge(&b);
+        }
+        if let (Some(a), Some(b)) = (self.context_switches.as_mut(), other.context_switches) {
+            *a += b;
         }
         self.seconds = total;
     }
@@ -217,6 +225,7 @@ pub fn run_cases(
                 throughput: s.throughput,
                 memory: s.memory,
                 idle: s.idle,
+                context_switches: s.context_switches,
                 pool_locks: s.pool_locks,
                 rounds,
                 histogram: s.latency,
@@ -282,5 +291,6 @@ fn empty_sample() -> Sample {
         throughput: None,
         memory: None,
         idle: None,
+        context_switches: None,
     }
 }

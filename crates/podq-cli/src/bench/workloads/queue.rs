@@ -1,7 +1,10 @@
 //! `queue`: the shape of the kernel's `lib/test_workqueue.c`. One thread per CPU, all
 //! released together; each queues its own item on one shared queue, waits for it to
 //! run, and queues it again. Throughput is all items over the wall time; the latency
-//! is that of the queue call itself.
+//! is that of the queue call itself. The producers' and workers' context switches are
+//! counted too: every item is a round trip between two threads, and whether it costs
+//! two switches (producer and worker taking turns on one CPU) or fewer (the item runs
+//! on a CPU where nobody waits) sets the rate.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier};
@@ -14,6 +17,7 @@ use super::{empty_sample, RunLength, Sample};
 use crate::bench::report::{new_histogram, record};
 use crate::bench::system::placement::CpuMap;
 use crate::bench::system::{Completion, Queue, QueueConfig, System};
+use crate::procinfo::Switches;
 
 /// Items each producer runs before the clock starts, so workers exist.
 const WARMUP_ITEMS: u64 = 50;
@@ -50,7 +54,7 @@ pub fn run(
     let barrier = Barrier::new(cpus.len() + 1);
     let stop = AtomicBool::new(false);
     let locks_before = queue.lock_counts();
-    let (outcomes, seconds) = std::thread::scope(|s| {
+    let (outcomes, seconds, switches) = std::thread::scope(|s| {
         let handles: Vec<_> = cpus
             .iter()
             .map(|&vcpu| {
@@ -70,6 +74,7 @@ pub fn run(
             .collect();
         barrier.wait();
         let start = Instant::now();
+        let switches_before = Switches::now();
         if let RunLength::Duration(d) = length {
             std::thread::sleep(d);
             stop.store(true, Ordering::Relaxed);
@@ -78,10 +83,13 @@ pub fn run(
             .into_iter()
             .map(|h| h.join().expect("producer threads do not panic"))
             .collect();
-        (outcomes, start.elapsed().as_secs_f64())
+        let seconds = start.elapsed().as_secs_f64();
+        let switches = switches_before.and_then(|b| Switches::now().map(|a| a.since(b)));
+        (outcomes, seconds, switches)
     });
     let mut sample = empty_sample();
     sample.seconds = seconds;
+    sample.context_switches = Some(switches?);
     for outcome in outcomes {
         let (items, h) = outcome?;
         sample.items += items;

@@ -42,6 +42,7 @@ use serde::Serialize;
 use super::{empty_sample, Sample};
 use crate::bench::system::placement::{self, CpuMap};
 use crate::bench::system::{Item, Queue, QueueConfig, System};
+use crate::procinfo::Switches;
 
 /// Items each producer submits (and waits for) before the clock starts, so workers
 /// exist and queues have their capacity.
@@ -393,28 +394,6 @@ pub fn run(
     Ok(sample)
 }
 
-/// The process's and the driver thread's context switches at one moment.
-#[derive(Clone, Copy)]
-struct Switches {
-    process: u64,
-    driver: u64,
-}
-
-impl Switches {
-    fn now() -> Result<Switches> {
-        Ok(Switches {
-            process: crate::procinfo::process_context_switches()?,
-            driver: crate::procinfo::thread_context_switches()?,
-        })
-    }
-
-    /// The switches of every thread but the driver (the calling thread) since `earlier`.
-    fn since(self, earlier: Switches) -> u64 {
-        let process = self.process.saturating_sub(earlier.process);
-        process.saturating_sub(self.driver.saturating_sub(earlier.driver))
-    }
-}
-
 /// What one producer did in the measured phase.
 struct Outcome {
     calls: u64,
@@ -542,22 +521,4 @@ fn producer(
         started: start,
         elapsed: start.elapsed(),
     })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Switches;
-
-    #[test]
-    fn the_drivers_own_switches_are_left_out() {
-        let before = Switches {
-            process: 100,
-            driver: 10,
-        };
-        let after = Switches {
-            process: 180,
-            driver: 25,
-        };
-        assert_eq!(after.since(before), 65);
-    }
 }
