@@ -983,8 +983,8 @@ fn switches(per_kitem: f64) -> String {
 }
 
 /// A `throughput`, `scale` or `queue` result's context switches per 1000 runs over its
-/// rounds.
-fn switches_cell(r: &RunResult) -> String {
+/// rounds (`podq sim`'s tables too).
+pub(crate) fn switches_cell(r: &RunResult) -> String {
     r.throughput
         .as_ref()
         .map(|t| t.context_switches)

@@ -13,6 +13,7 @@ use crate::bench::report::{
     self, config_label, human_ns, human_rate, CompletionDetail, LatencySummary, RunResult,
     TopologyInfo, SCHEMA_VERSION,
 };
+use crate::bench::switches_cell;
 use crate::bench::system::{LockCounts, PoolLockCounts};
 use crate::bench::workloads::throughput::{Mode, ThroughputDetail};
 
@@ -397,9 +398,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
                     enq,
                     deq,
                     wait,
-                    r.context_switches.map_or("-".to_owned(), |n| {
-                        format!("{:.1}", report::per_kitem(n, r.items))
-                    }),
+                    switches_cell(r),
                     idle_cells(&s.sim),
                 ]
             })
@@ -476,15 +475,16 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
                     enq,
                     deq,
                     wait,
+                    switches_cell(r),
                     idle_cells(&s.sim),
                 ]
             })
             .collect();
         out.push_str(&format!(
-            "\nthroughput: {} producer(s), each keeping items in flight; latency of the queue call\n{}",
+            "\nthroughput: {} producer(s), each keeping items in flight; latency of the queue call; ctxsw: the simulated threads' context switches\n{}",
             throughput[0].run.producers,
             report::table(
-                &["scope", "items/s", "queue p50", "p99", "enqueue", "dequeue", "lock wait", "idle/node"],
+                &["scope", "items/s", "queue p50", "p99", "enqueue", "dequeue", "lock wait", "ctxsw/1k runs", "idle/node"],
                 &rows,
                 1
             )
