@@ -24,15 +24,20 @@
 //!
 //! One mechanism per file: `counters.rs` (the counters and the sets of them a worker,
 //! a pool and a workqueue keep), `histogram.rs` (the latency histograms), `sample.rs`
-//! (which items' latency and which lock waits are measured), `snapshot.rs` (the serialisable snapshots).
+//! (which items' latency and which lock waits are measured), `clock.rs` (the clock
+//! item latency is measured by), `snapshot.rs` (the serialisable snapshots).
 
+#[cfg(feature = "stats")]
+mod clock;
 mod counters;
 mod histogram;
 mod sample;
 mod snapshot;
 
+#[cfg(feature = "stats")]
+pub(crate) use clock::{elapsed_since, init as init_clock, now_ns};
 pub(crate) use counters::{ItemCounters, OwnedCounter, PoolCounters, Recorder, WorkerCounters};
 use histogram::Histogram;
 #[cfg(feature = "stats")]
-pub(crate) use sample::{elapsed_ns, sample_lock_wait, sample_stamp, Sample, Stamp, WEIGHT_BITS};
+pub(crate) use sample::{sample_lock_wait, sample_stamp, Sample, Stamp, WEIGHT_BITS};
 pub use snapshot::{all, Latency, Locality, LockStats, PoolStats, Totals, WorkqueueStats};

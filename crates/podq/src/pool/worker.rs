@@ -3,7 +3,7 @@
 //! accounting (also used by the rescuer). Sleep/wake protocol: `README.md`. Legend:
 //! `pool.rs`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::context::{self, BATCH, COMPLETIONS, WORKER_POOL};
 use crate::cpu;
@@ -207,13 +207,13 @@ pub(super) fn spin<T>(
 /// then yields, so a producer on the same CPU gets to run.
 #[cfg(not(loom))]
 fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration, pauses: u32) {
-    let deadline = Instant::now() + budget;
+    let deadline = std::time::Instant::now() + budget;
     let mut rounds = 0u32;
     while worklist.len() == 0 {
         if rounds < pauses {
             std::hint::spin_loop();
             rounds += 1;
-        } else if Instant::now() < deadline {
+        } else if std::time::Instant::now() < deadline {
             std::thread::yield_now();
         } else {
             return;
@@ -357,25 +357,20 @@ fn execute(
     cpu::set_thread_cpu(Some(cpu));
     record.started();
     wq.counters.started.inc();
-    // Two clock reads per measured item (`stats/sample.rs`): the start (also the
-    // end of the queue-to-start wait) and the end; none for the others.
+    // Two clock reads per measured item (`stats/sample.rs`, `stats/clock.rs`): the
+    // start (also the end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
     let start = {
         record.locality(policy::locality(&owner.topology, meta.queued_cpu(), cpu));
-        meta.measured().map(|sample| {
-            let start = Instant::now();
-            let weight = 1 << sample.weight_log2;
-            record.queue_to_start(sample.stamp.ns_until(start), weight);
-            (start, weight)
-        })
+        meta.measured().map(|sample| record.measured_start(sample))
     };
     context::set_running(wq.id, work_addr);
     let running = crate::current::Running::new(wq, pool.id);
     let panicked = f();
     drop(running);
     #[cfg(feature = "stats")]
-    if let Some((start, weight)) = start {
-        record.run_time(crate::stats::elapsed_ns(start), weight);
+    if let Some(start) = start {
+        record.measured_end(start);
     }
     context::set_running(0, 0);
     record.completed();

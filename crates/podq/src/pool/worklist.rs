@@ -11,7 +11,6 @@
 //! when the spill holds items, and a closed ring holds no item.
 
 use std::collections::VecDeque;
-use std::time::Instant;
 
 use super::ring::{Refused, Ring};
 use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
@@ -33,15 +32,16 @@ pub(crate) trait Acquire {
     /// Locks `mutex`.
     fn acquire<'a, X>(&self, mutex: &'a Mutex<X>) -> MutexGuard<'a, X>;
 
-    /// When this claim's first retry began, if its wait is to be timed (with `stats`,
-    /// a sample of them, as of the lock's contended acquisitions).
-    fn retry_clock(&self) -> Option<Instant> {
+    /// When this claim's first retry began (a reading of the statistics' clock, in
+    /// nanoseconds), if its wait is to be timed (with `stats`, a sample of them, as of
+    /// the lock's contended acquisitions).
+    fn retry_clock(&self) -> Option<u64> {
         None
     }
 
     /// Counts a claim of ring positions; `retried`: another thread's claim came first;
     /// `since`: the `retry_clock` reading at its first retry, if timed.
-    fn claimed(&self, retried: bool, since: Option<Instant>);
+    fn claimed(&self, retried: bool, since: Option<u64>);
 }
 
 /// Takes the lock with nothing counted (the models and unit tests).
@@ -54,7 +54,7 @@ impl Acquire for Plain {
         lock(mutex)
     }
 
-    fn claimed(&self, _retried: bool, _since: Option<Instant>) {}
+    fn claimed(&self, _retried: bool, _since: Option<u64>) {}
 }
 
 /// Runnable items of one pool. `T` is a queue entry in the runtime and a plain value
@@ -309,7 +309,7 @@ mod tests {
             lock(mutex)
         }
 
-        fn claimed(&self, _retried: bool, _since: Option<Instant>) {
+        fn claimed(&self, _retried: bool, _since: Option<u64>) {
             self.claims.set(self.claims.get() + 1);
         }
     }

@@ -5,10 +5,9 @@ use crate::lease::{self, Slot, LEASES};
 use crate::sync::unmodelled;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Instant;
 
 #[cfg(feature = "stats")]
-use super::{elapsed_ns, sample_lock_wait};
+use super::{clock, elapsed_since, now_ns, sample_lock_wait, Sample};
 use super::{Histogram, LockStats, Totals};
 use crate::policy::Locality as Place;
 use crate::sync::{Mutex, MutexGuard};
@@ -124,7 +123,7 @@ impl Recorder<'_> {
 
     /// A measured item's wait, standing for `weight` items (`stats/sample.rs`).
     #[inline]
-    pub(crate) fn queue_to_start(self, ns: u64, weight: u64) {
+    pub(super) fn queue_to_start(self, ns: u64, weight: u64) {
         match self {
             Recorder::Worker(w) => w.queue_to_start.record_owned(ns, weight),
             Recorder::Shared(p) => p.queue_to_start.record(ns, weight),
@@ -133,12 +132,38 @@ impl Recorder<'_> {
 
     /// A measured item's run time, standing for `weight` items.
     #[inline]
-    pub(crate) fn run_time(self, ns: u64, weight: u64) {
+    pub(super) fn run_time(self, ns: u64, weight: u64) {
         match self {
             Recorder::Worker(w) => w.run_time.record_owned(ns, weight),
             Recorder::Shared(p) => p.run_time.record(ns, weight),
         }
     }
+
+    /// A measured item starts now: its wait since it was queued is recorded, and the
+    /// start is kept for [`measured_end`](Self::measured_end).
+    #[cfg(feature = "stats")]
+    #[inline]
+    pub(crate) fn measured_start(self, sample: Sample) -> MeasuredStart {
+        let at = clock::now();
+        let weight = 1 << sample.weight_log2;
+        self.queue_to_start(sample.stamp.ns_until(at.ns()), weight);
+        MeasuredStart { at, weight }
+    }
+
+    /// A measured item ended now: its run time since `start` is recorded.
+    #[cfg(feature = "stats")]
+    #[inline]
+    pub(crate) fn measured_end(self, start: MeasuredStart) {
+        self.run_time(start.at.elapsed_ns(), start.weight);
+    }
+}
+
+/// When a measured item started (a reading of the statistics' clock) and how many
+/// items it stands for.
+#[cfg(feature = "stats")]
+pub(crate) struct MeasuredStart {
+    at: clock::Reading,
+    weight: u64,
 }
 
 fn locality_index(place: Place) -> usize {
@@ -255,12 +280,12 @@ impl crate::pool::Acquire for LockCounters {
     }
 
     #[inline]
-    fn retry_clock(&self) -> Option<Instant> {
+    fn retry_clock(&self) -> Option<u64> {
         retry_clock()
     }
 
     #[inline]
-    fn claimed(&self, retried: bool, since: Option<Instant>) {
+    fn claimed(&self, retried: bool, since: Option<u64>) {
         self.claims.inc();
         if retried {
             self.retried(since);
@@ -282,12 +307,12 @@ impl crate::pool::Acquire for OwnedAcquire<'_> {
     }
 
     #[inline]
-    fn retry_clock(&self) -> Option<Instant> {
+    fn retry_clock(&self) -> Option<u64> {
         retry_clock()
     }
 
     #[inline]
-    fn claimed(&self, retried: bool, since: Option<Instant>) {
+    fn claimed(&self, retried: bool, since: Option<u64>) {
         self.acquisitions.inc();
         if retried {
             self.lock.retried(since);
@@ -298,9 +323,9 @@ impl crate::pool::Acquire for OwnedAcquire<'_> {
 /// A clock reading for a sample of the retried ring claims (as of the lock's contended
 /// acquisitions, one in `LOCK_WAIT_EVERY` of the thread's), none without `stats`.
 #[inline]
-fn retry_clock() -> Option<Instant> {
+fn retry_clock() -> Option<u64> {
     #[cfg(feature = "stats")]
-    return sample_lock_wait().then(Instant::now);
+    return sample_lock_wait().then(now_ns);
     #[cfg(not(feature = "stats"))]
     None
 }
@@ -317,12 +342,12 @@ impl LockCounters {
 
     /// Counts a ring claim that retried, and its wait if its first retry was timed.
     #[inline]
-    fn retried(&self, since: Option<Instant>) {
+    fn retried(&self, since: Option<u64>) {
         self.claims_retried.inc();
         #[cfg(feature = "stats")]
         if let Some(since) = since {
             self.claims_timed.inc();
-            self.claims_timed_wait_ns.add(elapsed_ns(since));
+            self.claims_timed_wait_ns.add(elapsed_since(since));
         }
         #[cfg(not(feature = "stats"))]
         let _ = since;
@@ -335,12 +360,12 @@ impl LockCounters {
             if let Ok(guard) = mutex.try_lock() {
                 return guard;
             }
-            let start = sample_lock_wait().then(Instant::now);
+            let start = sample_lock_wait().then(now_ns);
             let guard = crate::sync::lock(mutex);
             self.contended.add_exclusive(1);
             if let Some(start) = start {
                 self.timed.add_exclusive(1);
-                self.timed_wait_ns.add_exclusive(elapsed_ns(start));
+                self.timed_wait_ns.add_exclusive(elapsed_since(start));
             }
             guard
         }

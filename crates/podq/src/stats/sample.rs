@@ -2,16 +2,16 @@
 
 #[cfg(feature = "stats")]
 use std::num::NonZeroU64;
+
 #[cfg(feature = "stats")]
-use std::sync::OnceLock;
-#[cfg(feature = "stats")]
-use std::time::Instant;
+use super::clock;
 
 /// When a measured item was queued, in [`Stamp::BITS`] bits, so that it shares one word
 /// of the queue entry with the flush colour and the queueing CPU (`entry.rs`): ticks of
-/// [`TICK_NS`] since the process's first stamp, modulo [`PERIOD`] (about 2.4 hours),
-/// plus one. A wait longer than the period is measured modulo the period: a queue
-/// entry then reads as having waited less (the watchdog reports such stalls).
+/// [`TICK_NS`] of the statistics' clock (`clock.rs`, nanoseconds since its first
+/// reading), modulo [`PERIOD`] (about 2.4 hours), plus one. A wait longer than the
+/// period is measured modulo the period: a queue entry then reads as having waited less
+/// (the watchdog reports such stalls).
 #[cfg(feature = "stats")]
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Stamp(NonZeroU64);
@@ -27,31 +27,23 @@ const PERIOD: u64 = (1 << Stamp::BITS) - 1;
 
 #[cfg(feature = "stats")]
 impl Stamp {
-    /// The instant stamps count from (taken by the first stamp).
-    fn base() -> Instant {
-        static BASE: OnceLock<Instant> = OnceLock::new();
-        *BASE.get_or_init(Instant::now)
-    }
-
     /// Bits a stamp takes.
     pub(crate) const BITS: u32 = 40;
 
-    /// The stamp of `at` (an instant before the base counts as the base).
-    fn at(at: Instant) -> Stamp {
-        let ticks = Stamp::ticks(at);
-        Stamp(NonZeroU64::MIN.saturating_add(ticks))
+    /// The stamp of the clock reading `at_ns` (nanoseconds, [`clock::Reading::ns`]).
+    fn at(at_ns: u64) -> Stamp {
+        Stamp(NonZeroU64::MIN.saturating_add(Stamp::ticks(at_ns)))
     }
 
-    /// Ticks from the base to `at`, modulo the period.
-    fn ticks(at: Instant) -> u64 {
-        let ns = at.saturating_duration_since(Stamp::base()).as_nanos();
-        (ns / u128::from(TICK_NS) % u128::from(PERIOD)) as u64
+    /// Ticks of the clock reading `at_ns`, modulo the period.
+    fn ticks(at_ns: u64) -> u64 {
+        at_ns / TICK_NS % PERIOD
     }
 
-    /// Nanoseconds from this stamp to `to` (a later instant), modulo the period.
-    pub(crate) fn ns_until(self, to: Instant) -> u64 {
+    /// Nanoseconds from this stamp to the later clock reading `to_ns`, modulo the period.
+    pub(crate) fn ns_until(self, to_ns: u64) -> u64 {
         let from = self.0.get() - 1;
-        (Stamp::ticks(to) + PERIOD - from) % PERIOD * TICK_NS
+        (Stamp::ticks(to_ns) + PERIOD - from) % PERIOD * TICK_NS
     }
 
     /// The stamp as a non-zero number below 2^[`BITS`](Self::BITS), and back (0: none).
@@ -66,8 +58,8 @@ impl Stamp {
 
 /// Which items' latency is measured: per queueing thread, one item in a *period* that
 /// adapts to the thread's rate, so that measured items come about [`SAMPLE_GAP_NS`]
-/// apart. Each measured item costs three clock reads (queued, started, finished) and
-/// two histogram records, about as much as queueing and running a tiny item, so a
+/// apart. Each measured item costs three clock reads (queued, started, finished;
+/// `clock.rs`) and two histogram records, about as much as queueing and running a tiny item, so a
 /// fixed rate costs a flood dearly and a slow stream gets few samples. The period is a
 /// power of two from 1 (every item, for a thread that queues at most once per 16 µs)
 /// to 128 (a flood, [`MAX_PERIOD_LOG2`]): it doubles when two measured items came less
@@ -144,30 +136,32 @@ pub(crate) fn sample_stamp() -> Option<Sample> {
             }
         };
     }
-    SAMPLER.with(|s| s.call(Instant::now))
+    SAMPLER.with(|s| s.call(clock::now, clock::Reading::ns))
 }
 
 #[cfg(feature = "stats")]
 impl Sampler {
-    /// One queue call: measured (reading the clock with `now`) or counted down.
+    /// One queue call: measured (reading the clock with `read`, whose reading `ns`
+    /// converts to nanoseconds) or counted down.
     #[inline]
-    fn call(&self, now: impl FnOnce() -> Instant) -> Option<Sample> {
+    fn call<R>(&self, read: impl FnOnce() -> R, ns: impl FnOnce(R) -> u64) -> Option<Sample> {
         let left = self.countdown.get();
         if left > 0 {
             self.countdown.set(left - 1);
             return None;
         }
-        Some(self.measure(now()))
+        Some(self.measure(read(), ns))
     }
 
-    /// Measures the call at `now`: its weight is the period that led to it, and the
-    /// gap since the last measured call sets the next period.
+    /// Measures the call at `reading`, converted out of line: its weight is the period
+    /// that led to it, and the gap since the last measured call sets the next period.
     #[cold]
-    fn measure(&self, now: Instant) -> Sample {
-        let stamp = Stamp::at(now);
+    fn measure<R>(&self, reading: R, ns: impl FnOnce(R) -> u64) -> Sample {
+        let now_ns = ns(reading);
+        let stamp = Stamp::at(now_ns);
         let weight_log2 = self.log2.get();
         if let Some(last) = self.last.get() {
-            let next = next_period_log2(weight_log2, last.ns_until(now));
+            let next = next_period_log2(weight_log2, last.ns_until(now_ns));
             self.log2.set(next);
         }
         self.last.set(Some(stamp));
@@ -206,12 +200,6 @@ fn one_in(counter: &'static std::thread::LocalKey<std::cell::Cell<u32>>, every: 
     })
 }
 
-/// Nanoseconds since `start`, saturating.
-#[cfg(feature = "stats")]
-pub(crate) fn elapsed_ns(start: Instant) -> u64 {
-    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
-}
-
 #[cfg(all(test, feature = "stats", not(loom)))]
 mod tests {
     use super::*;
@@ -219,10 +207,10 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_stamp_measures_to_a_later_instant() {
-        let stamp = Stamp::at(Instant::now());
-        let later = Instant::now() + Duration::from_micros(250);
-        let ns = stamp.ns_until(later);
+    fn a_stamp_measures_to_a_later_reading() {
+        let stamp = Stamp::at(clock::now_ns());
+        std::thread::sleep(Duration::from_micros(250));
+        let ns = stamp.ns_until(clock::now_ns());
         assert!((250_000..250_000 + 50_000_000).contains(&ns), "{ns}");
     }
 
@@ -249,11 +237,11 @@ mod tests {
     /// up to the last measured one.
     fn drive(calls: u64, every: Duration) -> (Vec<u64>, u64) {
         let sampler = fresh();
-        let start = Instant::now();
+        let every_ns = u64::try_from(every.as_nanos()).unwrap();
         let (mut weights, mut upto) = (Vec::new(), 0);
         for i in 0..calls {
-            let at = start + every * u32::try_from(i).unwrap();
-            if let Some(sample) = sampler.call(|| at) {
+            let at = 1_000 + every_ns * i;
+            if let Some(sample) = sampler.call(|| at, |ns| ns) {
                 weights.push(1u64 << sample.weight_log2);
                 upto = i + 1;
             }
@@ -295,18 +283,14 @@ mod tests {
 
     #[test]
     fn a_stamp_is_exact_to_a_tick_and_wraps_after_the_period() {
-        let base = Stamp::base();
-        let at = base + Duration::from_nanos(1_000_003);
+        let at = 1_000_003;
         let stamp = Stamp::at(at);
         assert_eq!(stamp.ns_until(at), 0);
-        assert_eq!(stamp.ns_until(at + Duration::from_nanos(800)), 800);
-        let ns = stamp.ns_until(at + Duration::from_nanos(12_345));
+        assert_eq!(stamp.ns_until(at + 800), 800);
+        let ns = stamp.ns_until(at + 12_345);
         assert!(ns.abs_diff(12_345) < TICK_NS, "{ns}");
-        let period = Duration::from_nanos(PERIOD * TICK_NS);
-        assert_eq!(
-            stamp.ns_until(at + period + Duration::from_micros(5)),
-            5_000
-        );
+        let period = PERIOD * TICK_NS;
+        assert_eq!(stamp.ns_until(at + period + 5_000), 5_000);
         let bits = stamp.to_bits();
         assert!(bits != 0 && bits < 1 << Stamp::BITS);
         assert_eq!(Stamp::from_bits(bits), Some(stamp));

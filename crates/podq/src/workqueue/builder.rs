@@ -328,6 +328,9 @@ impl WorkqueueBuilder {
         if self.threads.stack_size == Some(0) {
             return Err(Error::InvalidStackSize { bytes: 0 });
         }
+        // The latency clock's one-time calibration, here rather than in an item's path.
+        #[cfg(feature = "stats")]
+        crate::stats::init_clock();
         if self.auto.window < Duration::from_millis(1) {
             return Err(Error::InvalidAutoWindow {
                 window: self.auto.window,
