@@ -13,7 +13,9 @@
 //! step on every CPU, which a stamp taken on one CPU and read on another needs. Its
 //! rate is calibrated once against `Instant` (a few hundred microseconds, at the first
 //! workqueue's build, [`init`]); elsewhere (another clocksource, another architecture,
-//! a calibration that reads an implausible rate, Miri) the clock is `Instant`. A
+//! a calibration that reads an implausible rate, Miri) the clock is `Instant`. The
+//! choice is made once: should the kernel later give up the counter (its clocksource
+//! watchdog marking it unstable), latency goes on being timed by it. A
 //! reading keeps the source's raw value; it becomes nanoseconds since the clock's base
 //! (its calibration) only when a time is computed from it.
 
@@ -214,6 +216,20 @@ mod tests {
         let later = now();
         assert_eq!(Reading(later.0 + 1_000_000_000).elapsed_ns(), 0);
         assert_eq!(elapsed_since(now_ns() + 1_000_000_000), 0);
+    }
+
+    #[test]
+    fn the_counter_is_the_clock_where_the_kernel_keeps_time_by_it() {
+        #[cfg(all(target_arch = "x86_64", not(miri)))]
+        if kernel_clocksource_is_tsc() {
+            assert!(matches!(source(), Source::Tsc { .. }), "{:?}", source());
+            return;
+        }
+        assert!(
+            matches!(source(), Source::Monotonic { .. }),
+            "{:?}",
+            source()
+        );
     }
 
     #[test]
