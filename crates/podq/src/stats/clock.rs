@@ -178,9 +178,9 @@ fn paired_reading() -> (u64, Instant) {
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 #[inline]
 fn tsc() -> u64 {
-    // SAFETY: `rdtsc` reads the time-stamp counter; it has no memory effects, and Linux
-    // leaves it enabled for user space (`PR_TSC_ENABLE`) unless a process opts out, which
-    // would also break the vDSO's clock this crate relies on.
+    // SAFETY: `rdtsc` only copies the time-stamp counter into registers: it touches no
+    // memory and is part of every x86_64 CPU (no target feature to check). A process that
+    // made it fault (`PR_SET_TSC`) gets a signal, not undefined behaviour.
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
