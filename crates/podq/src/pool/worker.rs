@@ -4,6 +4,8 @@
 //! `pool.rs`.
 
 use std::time::Duration;
+#[cfg(not(loom))]
+use std::time::Instant;
 
 use crate::context::{self, BATCH, COMPLETIONS, WORKER_POOL};
 use crate::cpu;
@@ -207,13 +209,13 @@ pub(super) fn spin<T>(
 /// then yields, so a producer on the same CPU gets to run.
 #[cfg(not(loom))]
 fn poll_worklist<T>(worklist: &Worklist<T>, budget: Duration, pauses: u32) {
-    let deadline = std::time::Instant::now() + budget;
+    let deadline = Instant::now() + budget;
     let mut rounds = 0u32;
     while worklist.len() == 0 {
         if rounds < pauses {
             std::hint::spin_loop();
             rounds += 1;
-        } else if std::time::Instant::now() < deadline {
+        } else if Instant::now() < deadline {
             std::thread::yield_now();
         } else {
             return;

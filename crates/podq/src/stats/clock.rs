@@ -15,9 +15,9 @@
 //! workqueue's build, [`init`]); elsewhere (another clocksource, another architecture,
 //! a calibration that reads an implausible rate, Miri) the clock is `Instant`. The
 //! choice is made once: should the kernel later give up the counter (its clocksource
-//! watchdog marking it unstable), latency goes on being timed by it. A
-//! reading keeps the source's raw value; it becomes nanoseconds since the clock's base
-//! (its calibration) only when a time is computed from it.
+//! watchdog marking it unstable), latency goes on being timed by it. A reading keeps
+//! the source's raw value; it becomes nanoseconds since the clock's base (the moment
+//! the source was chosen) only when a time is computed from it.
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -75,7 +75,7 @@ impl Reading {
     /// Nanoseconds from this reading to now, 0 if the clock read earlier.
     #[inline]
     pub(crate) fn elapsed_ns(self) -> u64 {
-        now().ns().saturating_sub(self.ns())
+        elapsed_since(self.ns())
     }
 }
 
@@ -162,17 +162,22 @@ fn plausible_rate(ticks: u64, ns: u64) -> Option<u64> {
 /// preempted in is not the one kept).
 #[cfg(all(target_arch = "x86_64", not(miri)))]
 fn paired_reading() -> (u64, Instant) {
-    (0..3)
-        .map(|_| {
-            let before = tsc();
-            let at = Instant::now();
-            let after = tsc();
-            let spread = after.wrapping_sub(before);
-            (spread, before.wrapping_add(spread / 2), at)
-        })
-        .min_by_key(|&(spread, ..)| spread)
-        .map(|(_, tick, at)| (tick, at))
-        .unwrap_or_else(|| (tsc(), Instant::now()))
+    let try_once = || {
+        let before = tsc();
+        let at = Instant::now();
+        let after = tsc();
+        let spread = after.wrapping_sub(before);
+        (spread, before.wrapping_add(spread / 2), at)
+    };
+    let mut best = try_once();
+    for _ in 1..3 {
+        let next = try_once();
+        if next.0 < best.0 {
+            best = next;
+        }
+    }
+    let (_, tick, at) = best;
+    (tick, at)
 }
 
 #[cfg(all(target_arch = "x86_64", not(miri)))]

@@ -8,8 +8,8 @@ use super::clock;
 
 /// When a measured item was queued, in [`Stamp::BITS`] bits, so that it shares one word
 /// of the queue entry with the flush colour and the queueing CPU (`entry.rs`): ticks of
-/// [`TICK_NS`] of the statistics' clock (`clock.rs`, nanoseconds since its first
-/// reading), modulo [`PERIOD`] (about 2.4 hours), plus one. A wait longer than the
+/// [`TICK_NS`] of the statistics' clock (`clock.rs`, nanoseconds since its base),
+/// modulo [`PERIOD`] (about 2.4 hours), plus one. A wait longer than the
 /// period is measured modulo the period: a queue entry then reads as having waited less
 /// (the watchdog reports such stalls).
 #[cfg(feature = "stats")]
@@ -59,8 +59,9 @@ impl Stamp {
 /// Which items' latency is measured: per queueing thread, one item in a *period* that
 /// adapts to the thread's rate, so that measured items come about [`SAMPLE_GAP_NS`]
 /// apart. Each measured item costs three clock reads (queued, started, finished;
-/// `clock.rs`) and two histogram records, about as much as queueing and running a tiny item, so a
-/// fixed rate costs a flood dearly and a slow stream gets few samples. The period is a
+/// `clock.rs`) and two histogram records, a good part of what queueing and running a
+/// tiny item costs, so a fixed rate costs a flood dearly and a slow stream gets few
+/// samples. The period is a
 /// power of two from 1 (every item, for a thread that queues at most once per 16 µs)
 /// to 128 (a flood, [`MAX_PERIOD_LOG2`]): it doubles when two measured items came less
 /// than half the gap apart, halves when they came more than twice the gap apart. The
