@@ -5,6 +5,10 @@
 //! the k-th value from the base files is paired with the k-th from the new files (in
 //! the order given), so the files of interleaved runs pair up run by run; each pair
 //! gives a ratio new / base, and the table shows the median ratio and its spread.
+//! Where the results count context switches (`queue`, `throughput`), the table shows
+//! each side's median switches per 1000 items too: a closed loop's runs fall into
+//! patterns of about two switches an item or fewer, and a ratio taken across patterns
+//! says more about the machine's minute than about the builds.
 
 use std::collections::BTreeMap;
 
@@ -46,6 +50,11 @@ pub struct Comparison {
     pub ratio_max: f64,
     /// Whether a higher value is better.
     pub higher_is_better: bool,
+    /// Median context switches per 1000 items of the paired base runs, where every
+    /// one of them counted its switches.
+    pub base_switches_per_1k: Option<f64>,
+    /// The same for the new runs.
+    pub new_switches_per_1k: Option<f64>,
 }
 
 /// The median of `values` (sorted in place); NaN if empty.
@@ -96,8 +105,30 @@ fn value_of(result: &Value, metric: &str) -> Option<f64> {
     }
 }
 
-/// Per result key: the metric, whether higher is better, and the values in file order.
-type Collected = BTreeMap<String, (&'static str, bool, Vec<f64>)>;
+/// A result's context switches per 1000 items (runs), where it counts them.
+fn switches_per_1k(result: &Value) -> Option<f64> {
+    let (switches, items) = match result["context_switches"].as_f64() {
+        Some(switches) => (switches, result["items"].as_f64()?),
+        None => {
+            let throughput = &result["throughput"];
+            (
+                throughput["context_switches"].as_f64()?,
+                throughput["runs"].as_f64()?,
+            )
+        }
+    };
+    (items > 0.0).then(|| switches * 1000.0 / items)
+}
+
+/// One result of one file: the compared figure and the switches per 1000 items.
+#[derive(Clone, Copy)]
+struct Run {
+    value: f64,
+    switches_per_1k: Option<f64>,
+}
+
+/// Per result key: the metric, whether higher is better, and the runs in file order.
+type Collected = BTreeMap<String, (&'static str, bool, Vec<Run>)>;
 
 /// Every result's figure, by key, in file order.
 fn collect(files: &[String]) -> Result<Collected> {
@@ -119,11 +150,14 @@ fn collect(files: &[String]) -> Result<Collected> {
         for r in results {
             let test = r["test"].as_str().unwrap_or("");
             let (metric, higher) = figure(test);
-            if let Some(v) = value_of(r, metric) {
+            if let Some(value) = value_of(r, metric) {
                 out.entry(key_of(r))
                     .or_insert((metric, higher, Vec::new()))
                     .2
-                    .push(v);
+                    .push(Run {
+                        value,
+                        switches_per_1k: switches_per_1k(r),
+                    });
             }
         }
     }
@@ -142,27 +176,40 @@ pub fn compare(base: &[String], new: &[String]) -> Result<Vec<Comparison>> {
         let Some((_, _, n)) = new.get(key) else {
             continue;
         };
-        let mut ratios: Vec<f64> = b
+        let paired: Vec<(Run, Run)> = b
             .iter()
             .zip(n)
-            .filter(|(b, _)| **b != 0.0)
-            .map(|(b, n)| n / b)
+            .filter(|(b, _)| b.value != 0.0)
+            .map(|(b, n)| (*b, *n))
             .collect();
-        if ratios.is_empty() {
+        if paired.is_empty() {
             continue;
         }
-        let pairs = ratios.len();
-        let (mut bv, mut nv) = (b.clone(), n.clone());
+        let pairs = paired.len();
+        let mut ratios: Vec<f64> = paired.iter().map(|(b, n)| n.value / b.value).collect();
+        let values = |side: fn(&(Run, Run)) -> Run| -> Vec<f64> {
+            paired.iter().map(|p| side(p).value).collect()
+        };
+        let (mut bv, mut nv) = (values(|p| p.0), values(|p| p.1));
+        let switches = |side: fn(&(Run, Run)) -> Run| -> Option<f64> {
+            let mut all: Vec<f64> = paired
+                .iter()
+                .map(|p| side(p).switches_per_1k)
+                .collect::<Option<_>>()?;
+            Some(median(&mut all))
+        };
         out.push(Comparison {
             key: key.clone(),
             metric,
             pairs,
-            base: median(&mut bv[..pairs]),
-            new: median(&mut nv[..pairs]),
+            base: median(&mut bv),
+            new: median(&mut nv),
             ratio: median(&mut ratios),
             ratio_min: ratios[0],
             ratio_max: ratios[pairs - 1],
             higher_is_better: *higher,
+            base_switches_per_1k: switches(|p| p.0),
+            new_switches_per_1k: switches(|p| p.1),
         });
     }
     if out.is_empty() {
@@ -199,13 +246,17 @@ pub fn render(rows: &[Comparison]) -> String {
                     "lower"
                 }
                 .to_owned(),
+                match (c.base_switches_per_1k, c.new_switches_per_1k) {
+                    (Some(b), Some(n)) => format!("{b:.1} → {n:.1}"),
+                    _ => "-".to_owned(),
+                },
             ]
         })
         .collect();
     format!(
-        "new against base: per result the median of the pairs' ratios new / base (k-th base run with k-th new run), and their spread\n{}",
+        "new against base: per result the median of the pairs' ratios new / base (k-th base run with k-th new run), and their spread; ctxsw/1k items: each side's median context switches per 1000 items, where the runs count them\n{}",
         table(
-            &["result", "metric", "pairs", "base median", "new median", "ratio", "pairs min … max", "better"],
+            &["result", "metric", "pairs", "base median", "new median", "ratio", "pairs min … max", "better", "ctxsw/1k items"],
             &cells,
             3
         )
@@ -224,10 +275,27 @@ mod tests {
                     "strict": false, "segment": null, "items_per_sec": rate})
             })
             .collect();
+        write(dir, name, results)
+    }
+
+    fn write(dir: &tempfile::TempDir, name: &str, results: Vec<Value>) -> String {
         let report = serde_json::json!({"schema_version": SCHEMA_VERSION, "results": results});
         let path = dir.path().join(name);
         std::fs::write(&path, report.to_string()).unwrap();
         path.display().to_string()
+    }
+
+    /// A `queue` result that counted `switches` over `items`, or a `throughput` one.
+    fn switching(test: &str, rate: f64, items: u64, switches: Option<u64>) -> Value {
+        let mut r = serde_json::json!({"test": test, "system": "podq", "scope": "system",
+            "strict": false, "segment": null, "items_per_sec": rate, "items": items,
+            "context_switches": null, "throughput": null});
+        if test == "queue" {
+            r["context_switches"] = serde_json::json!(switches);
+        } else {
+            r["throughput"] = serde_json::json!({"runs": items, "context_switches": switches});
+        }
+        r
     }
 
     #[test]
@@ -254,6 +322,45 @@ mod tests {
         assert!((c.ratio_min - 0.9).abs() < 1e-12 && (c.ratio_max - 1.1).abs() < 1e-12);
         assert_eq!((c.base, c.new), (100.0, 95.0));
         assert!(render(&rows).contains("0.950x (-5.0%)"));
+    }
+
+    #[test]
+    fn shows_each_sides_median_switches_per_item_where_every_run_counted_them() {
+        let dir = tempfile::tempdir().unwrap();
+        // (items, switches per 1000 items) per run: base at 2000, 1000, 2000; new at
+        // 500, 500, 1500; the re-queued test's switches 100 times fewer.
+        let runs = |name: &str, rate: f64, shape: [(u64, u64); 3], uncounted: Option<usize>| {
+            shape
+                .iter()
+                .enumerate()
+                .map(|(i, &(items, per_1k))| {
+                    let q = switching("queue", rate, items, Some(items * per_1k / 1000));
+                    let counted = (uncounted != Some(i)).then_some(items * per_1k / 100_000);
+                    let t = switching("throughput_work", rate, items, counted);
+                    write(&dir, &format!("{name}{i}"), vec![q, t])
+                })
+                .collect::<Vec<String>>()
+        };
+        let base = runs("b", 100.0, [(2000, 2000), (1000, 1000), (4000, 2000)], None);
+        // The new set's second re-queued run did not count its switches.
+        let new = runs(
+            "n",
+            150.0,
+            [(2000, 500), (1000, 500), (4000, 1500)],
+            Some(1),
+        );
+        let rows = compare(&base, &new).unwrap();
+        let queue = rows.iter().find(|c| c.key == "queue podq system").unwrap();
+        assert_eq!(queue.base_switches_per_1k, Some(2000.0));
+        assert_eq!(queue.new_switches_per_1k, Some(500.0));
+        let work = rows
+            .iter()
+            .find(|c| c.key == "throughput_work podq system")
+            .unwrap();
+        assert_eq!(work.base_switches_per_1k, Some(20.0));
+        assert_eq!(work.new_switches_per_1k, None, "{work:?}");
+        let table = render(&rows);
+        assert!(table.contains("2000.0 → 500.0"), "{table}");
     }
 
     #[test]
