@@ -127,6 +127,16 @@ struct Run {
     switches_per_1k: Option<f64>,
 }
 
+/// The median switches per 1000 items of `runs`, if every one of them counted its
+/// switches.
+fn median_switches(runs: &[Run]) -> Option<f64> {
+    let mut all: Vec<f64> = runs
+        .iter()
+        .map(|r| r.switches_per_1k)
+        .collect::<Option<_>>()?;
+    Some(median(&mut all))
+}
+
 /// Per result key: the metric, whether higher is better, and the runs in file order.
 type Collected = BTreeMap<String, (&'static str, bool, Vec<Run>)>;
 
@@ -187,29 +197,19 @@ pub fn compare(base: &[String], new: &[String]) -> Result<Vec<Comparison>> {
         }
         let pairs = paired.len();
         let mut ratios: Vec<f64> = paired.iter().map(|(b, n)| n.value / b.value).collect();
-        let values = |side: fn(&(Run, Run)) -> Run| -> Vec<f64> {
-            paired.iter().map(|p| side(p).value).collect()
-        };
-        let (mut bv, mut nv) = (values(|p| p.0), values(|p| p.1));
-        let switches = |side: fn(&(Run, Run)) -> Run| -> Option<f64> {
-            let mut all: Vec<f64> = paired
-                .iter()
-                .map(|p| side(p).switches_per_1k)
-                .collect::<Option<_>>()?;
-            Some(median(&mut all))
-        };
+        let (base_runs, new_runs): (Vec<Run>, Vec<Run>) = paired.into_iter().unzip();
         out.push(Comparison {
             key: key.clone(),
             metric,
             pairs,
-            base: median(&mut bv),
-            new: median(&mut nv),
+            base: median(&mut base_runs.iter().map(|r| r.value).collect::<Vec<_>>()),
+            new: median(&mut new_runs.iter().map(|r| r.value).collect::<Vec<_>>()),
             ratio: median(&mut ratios),
             ratio_min: ratios[0],
             ratio_max: ratios[pairs - 1],
             higher_is_better: *higher,
-            base_switches_per_1k: switches(|p| p.0),
-            new_switches_per_1k: switches(|p| p.1),
+            base_switches_per_1k: median_switches(&base_runs),
+            new_switches_per_1k: median_switches(&new_runs),
         });
     }
     if out.is_empty() {
