@@ -5,6 +5,8 @@
 //! no other thread writes. Threads beyond the leases get [`Slot::Shared`] and take the
 //! slower path each user provides.
 
+use std::cell::Cell;
+
 use crate::sync::unmodelled;
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
 
@@ -48,9 +50,44 @@ impl Lease {
 
 impl Drop for Lease {
     fn drop(&mut self) {
+        // Before the lease is free for another thread: lookups from later destructors of
+        // this thread take the slow path, which finds the lease gone.
+        CACHED.with(|c| c.set(GONE));
         if let Slot::Leased(i) = self.0 {
             // Pairs with the next holder's `Acquire` (see `TAKEN`).
             TAKEN.fetch_and(!(1 << i), Release);
+        }
+    }
+}
+
+thread_local! {
+    /// W: the calling thread's slot once its lease is taken ([`Slot::code`]), else
+    /// [`UNSET`] or [`GONE`]. A plain value with a constant start and no destructor, so
+    /// a lookup is one thread-local load: the lease itself has a destructor, whose
+    /// thread-local would be checked for its state on every access.
+    static CACHED: Cell<u8> = const { Cell::new(UNSET) };
+}
+
+/// [`CACHED`] before the thread's first lookup.
+const UNSET: u8 = 2 * LEASES as u8;
+/// [`CACHED`] once the thread's lease was given back (it is exiting).
+const GONE: u8 = UNSET + 1;
+
+impl Slot {
+    /// The slot as one byte: `i` for `Leased(i)`, `LEASES + i` for `Shared(i)`.
+    fn code(self) -> u8 {
+        match self {
+            Slot::Leased(i) => i as u8,
+            Slot::Shared(i) => (LEASES + i) as u8,
+        }
+    }
+
+    fn from_code(code: u8) -> Slot {
+        let code = usize::from(code);
+        if code < LEASES {
+            Slot::Leased(code)
+        } else {
+            Slot::Shared(code - LEASES)
         }
     }
 }
@@ -59,8 +96,67 @@ impl Drop for Lease {
 /// another thread-local's destructor) gets `Shared(0)`.
 #[inline]
 pub(crate) fn slot() -> Slot {
+    let code = CACHED.with(Cell::get);
+    if code < UNSET {
+        return Slot::from_code(code);
+    }
+    first_slot()
+}
+
+/// [`slot`] before the thread's first lookup (takes its lease) or after its lease was
+/// given back.
+#[cold]
+fn first_slot() -> Slot {
     thread_local! {
         static MINE: Lease = Lease::take();
     }
-    MINE.try_with(|m| m.0).unwrap_or(Slot::Shared(0))
+    match MINE.try_with(|m| m.0) {
+        Ok(slot) => {
+            CACHED.with(|c| c.set(slot.code()));
+            slot
+        }
+        Err(_) => Slot::Shared(0),
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_slot_survives_its_code() {
+        for i in 0..LEASES {
+            for slot in [Slot::Leased(i), Slot::Shared(i)] {
+                assert!(slot.code() < UNSET);
+                assert_eq!(Slot::from_code(slot.code()), slot);
+            }
+        }
+    }
+
+    /// A thread's slot stays the same for its life; a destructor that runs after its
+    /// lease was given back (thread-locals are destroyed in reverse order of first use)
+    /// gets `Shared(0)`, not the lease another thread may hold by then.
+    #[test]
+    fn a_slot_is_stable_and_gone_after_the_lease() {
+        struct LateProbe(std::sync::mpsc::Sender<Slot>);
+        impl Drop for LateProbe {
+            fn drop(&mut self) {
+                let _ = self.0.send(slot());
+            }
+        }
+        thread_local! {
+            static PROBE: std::cell::RefCell<Option<LateProbe>> =
+                const { std::cell::RefCell::new(None) };
+        }
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // First used before the lease, so destroyed after it.
+            PROBE.with(|p| *p.borrow_mut() = Some(LateProbe(tx)));
+            let first = slot();
+            assert!((0..100).all(|_| slot() == first));
+        })
+        .join()
+        .unwrap();
+        assert_eq!(rx.recv().unwrap(), Slot::Shared(0));
+    }
 }
