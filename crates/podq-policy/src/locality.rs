@@ -18,6 +18,7 @@ pub enum Locality {
 }
 
 /// Classifies `ran` relative to `queued` in `topology`.
+#[inline]
 pub fn locality(topology: &Topology, queued: usize, ran: usize) -> Locality {
     if queued == ran {
         return Locality::SameCpu;

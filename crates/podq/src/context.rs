@@ -27,14 +27,15 @@ thread_local! {
     /// first (given back to the worklist when it blocks).
     pub(crate) static BATCH: RefCell<VecDeque<Entry>> = const { RefCell::new(VecDeque::new()) };
     /// W: finished items whose accounting this worker holds (`workqueue/completions.rs`).
-    pub(crate) static COMPLETIONS: RefCell<Completions> = RefCell::new(Completions::default());
+    pub(crate) static COMPLETIONS: RefCell<Completions> = const { RefCell::new(Completions::new()) };
 }
 
-/// Accounts a finished (or dropped) item through the calling thread's held completions.
-pub(crate) fn complete(meta: EntryMeta) {
+/// Accounts a finished (`ran`) or dropped item through the calling thread's held
+/// completions.
+pub(crate) fn complete(meta: EntryMeta, ran: bool) {
     COMPLETIONS.with(|c| {
         let colour = meta.colour();
-        c.borrow_mut().complete(meta.pwq, colour)
+        c.borrow_mut().complete(meta.pwq, colour, ran)
     });
 }
 

@@ -75,7 +75,7 @@ const GONE: u8 = UNSET + 1;
 
 impl Slot {
     /// The slot as one byte: `i` for `Leased(i)`, `LEASES + i` for `Shared(i)`.
-    fn code(self) -> u8 {
+    pub(crate) fn code(self) -> u8 {
         match self {
             Slot::Leased(i) => i as u8,
             Slot::Shared(i) => (LEASES + i) as u8,
@@ -96,26 +96,33 @@ impl Slot {
 /// another thread-local's destructor) gets `Shared(0)`.
 #[inline]
 pub(crate) fn slot() -> Slot {
-    let code = CACHED.with(Cell::get);
-    if code < UNSET {
-        return Slot::from_code(code);
-    }
-    first_slot()
+    Slot::from_code(code())
 }
 
-/// [`slot`] before the thread's first lookup (takes its lease) or after its lease was
+/// [`slot`] as one byte below `2 * LEASES` ([`Slot::code`]): for per-thread slots on
+/// the hottest paths, where decoding into a [`Slot`] costs more than the lookup.
+#[inline]
+pub(crate) fn code() -> u8 {
+    let code = CACHED.with(Cell::get);
+    if code < UNSET {
+        return code;
+    }
+    first_code()
+}
+
+/// [`code`] before the thread's first lookup (takes its lease) or after its lease was
 /// given back.
 #[cold]
-fn first_slot() -> Slot {
+fn first_code() -> u8 {
     thread_local! {
         static MINE: Lease = Lease::take();
     }
-    match MINE.try_with(|m| m.0) {
-        Ok(slot) => {
-            CACHED.with(|c| c.set(slot.code()));
-            slot
+    match MINE.try_with(|m| m.0.code()) {
+        Ok(code) => {
+            CACHED.with(|c| c.set(code));
+            code
         }
-        Err(_) => Slot::Shared(0),
+        Err(_) => Slot::Shared(0).code(),
     }
 }
 

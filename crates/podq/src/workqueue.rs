@@ -347,7 +347,13 @@ impl Workqueue {
     /// round-robin when that CPU is outside the cpumask. Returns false if it was already
     /// pending, is being cancelled, or the workqueue is draining and the caller is not
     /// one of its items (see [`Workqueue::try_queue`] for the reason).
+    #[inline]
     pub fn queue(&self, work: &Work) -> bool {
+        // A pending item is coalesced whatever else holds: the same `SeqCst` load the
+        // full call would make first, without the call.
+        if work.is_pending() {
+            return false;
+        }
         self.try_queue(work).unwrap_or(false)
     }
 
@@ -1014,13 +1020,16 @@ impl Pwq {
     }
 
     /// Active items of a pwq finished or were dropped (`pwq_dec_nr_in_flight`),
-    /// `done[c]` of colour `c`, all counted under `pwq`: frees their slots, lets
-    /// waiting items in, and updates the in-flight counts (`uncount`). Returns whether
+    /// `done[c]` of colour `c`, all counted under `pwq`, `ran` of them run: counts
+    /// those as completed, frees their slots, lets waiting items in, and updates the
+    /// in-flight counts (`uncount`). Returns whether
     /// pwqs still wait for a slot on the node after the activation pass (a backlog,
     /// for `policy::poll_pauses`). The pwq may be gone when this returns.
-    pub(crate) fn complete(pwq: PwqRef, done: [u64; 2]) -> bool {
+    pub(crate) fn complete(pwq: PwqRef, done: [u64; 2], ran: u64) -> bool {
         // The workqueue outlives the call even if the pwq does not.
         let wq = Arc::clone(&pwq.wq);
+        // Before the uncount: a flush that this completion ends sees the count.
+        wq.counters.completed.add(ran);
         let node = &wq.nodes[pwq.node];
         node.release((done[0] + done[1]) as usize);
         wq.activate(node);

@@ -277,7 +277,7 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
             let traced = trace::execute_start(trace::Item::Once(&task), &meta, pool);
             execute(pool, mine, &meta, 0, || task.run());
             trace::execute_end(traced, &meta);
-            return context::complete(meta);
+            return context::complete(meta, true);
         }
         Task::Work { work, seq } => (work, seq),
     };
@@ -312,7 +312,7 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
         let traced = trace::execute_start(trace::Item::Work(&work), &meta, pool);
         execute(pool, mine, &meta, addr, || work.run());
         trace::execute_end(traced, &meta);
-        context::complete(meta);
+        context::complete(meta, true);
         loop {
             let Some(next) = work.state.finish() else {
                 return;
@@ -337,7 +337,7 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
 fn discard(meta: EntryMeta) {
     meta.pwq.pool.core.stats.items.cancelled.inc();
     meta.pwq.wq.counters.cancelled.inc();
-    context::complete(meta);
+    context::complete(meta, false);
 }
 
 /// Runs `f` for an entry on the calling worker of `pool`, with its accounting: into
@@ -363,7 +363,7 @@ fn execute(
     // start (also the end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
     let start = {
-        record.locality(policy::locality(&owner.topology, meta.queued_cpu(), cpu));
+        record.locality(&owner.topology, meta.queued_cpu(), cpu);
         meta.measured().map(|sample| record.measured_start(sample))
     };
     context::set_running(wq.id, work_addr);
@@ -375,8 +375,9 @@ fn execute(
         record.measured_end(start);
     }
     context::set_running(0, 0);
+    // The workqueue's `completed` count is added when the completion settles
+    // (`workqueue/completions.rs`), once per batch.
     record.completed();
-    wq.counters.completed.inc();
     if let Some(message) = panicked {
         owner.stats.items.panicked.inc();
         wq.counters.panicked.inc();

@@ -1,7 +1,7 @@
 //! Event counters: plain, worker-owned and sharded atomics, the per-worker, per-pool and
 //! per-item sets built from them, and lock-contention counting (legend in `stats.rs`).
 
-use crate::lease::{self, Slot, LEASES};
+use crate::lease::{self, LEASES};
 use crate::sync::unmodelled;
 use crate::sync::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -11,6 +11,7 @@ use super::{clock, elapsed_since, now_ns, sample_lock_wait, Sample};
 use super::{Histogram, LockStats, Totals};
 use crate::policy::Locality as Place;
 use crate::sync::{Mutex, MutexGuard};
+use crate::Topology;
 
 /// A monotonic event counter.
 #[derive(Default, Debug)]
@@ -74,6 +75,56 @@ pub(crate) struct WorkerCounters {
     pub(super) locality: [OwnedCounter; 5],
     pub(super) queue_to_start: Histogram,
     pub(super) run_time: Histogram,
+    last_locality: LastLocality,
+}
+
+/// The last locality class a worker found, kept for the next item queued from the same
+/// CPU while the worker runs on the same CPU: the classification reads the topology's
+/// CPU slots and sets, which a flood's stream of items pushes out of the cache (it
+/// took as long as the rest of the statistics' work on the worker). Valid for the
+/// worker's life: its pool's topology does not change. Written and read by the owning
+/// worker only (AW), so the two fields need not change together.
+#[derive(Debug)]
+struct LastLocality {
+    /// The queueing CPU in the high half and the running CPU in the low half (`NONE`:
+    /// none yet, or CPUs beyond 32 bits).
+    cpus: unmodelled::AtomicU64,
+    /// Its class, as `locality_index`.
+    index: unmodelled::AtomicUsize,
+}
+
+impl LastLocality {
+    const NONE: u64 = u64::MAX;
+
+    fn key(queued: usize, ran: usize) -> u64 {
+        match (u32::try_from(queued), u32::try_from(ran)) {
+            (Ok(q), Ok(r)) if (q, r) != (u32::MAX, u32::MAX) => u64::from(q) << 32 | u64::from(r),
+            _ => Self::NONE,
+        }
+    }
+
+    /// The class index of an item queued on `queued` and run on `ran`, classified in
+    /// `topology` unless it is the last one's.
+    #[inline]
+    fn index(&self, topology: &Topology, queued: usize, ran: usize) -> usize {
+        let key = Self::key(queued, ran);
+        if key != Self::NONE && self.cpus.load(Relaxed) == key {
+            return self.index.load(Relaxed);
+        }
+        let index = locality_index(crate::policy::locality(topology, queued, ran));
+        self.cpus.store(key, Relaxed);
+        self.index.store(index, Relaxed);
+        index
+    }
+}
+
+impl Default for LastLocality {
+    fn default() -> Self {
+        LastLocality {
+            cpus: unmodelled::AtomicU64::new(Self::NONE),
+            index: unmodelled::AtomicUsize::new(0),
+        }
+    }
 }
 
 impl WorkerCounters {
@@ -112,12 +163,14 @@ impl Recorder<'_> {
         }
     }
 
+    /// Counts the locality class of an item queued on CPU `queued` and run on `ran`.
     #[inline]
-    pub(crate) fn locality(self, place: Place) {
-        let i = locality_index(place);
+    pub(crate) fn locality(self, topology: &Topology, queued: usize, ran: usize) {
         match self {
-            Recorder::Worker(w) => w.locality[i].inc(),
-            Recorder::Shared(p) => p.locality[i].inc(),
+            Recorder::Worker(w) => w.locality[w.last_locality.index(topology, queued, ran)].inc(),
+            Recorder::Shared(p) => {
+                p.locality[locality_index(crate::policy::locality(topology, queued, ran))].inc()
+            }
         }
     }
 
@@ -207,9 +260,14 @@ impl ShardedCounter {
     /// Adds `n`.
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        match lease::slot() {
-            Slot::Leased(i) => self.0[i].leased.add_exclusive(n),
-            Slot::Shared(i) => self.0[i].shared.add(n),
+        // The lease's code (`lease::code`): below `LEASES` the lessee of that shard,
+        // above it a thread without a lease that shares the shard `code - LEASES`.
+        let code = usize::from(lease::code());
+        let shard = &self.0[code % SHARDS];
+        if code < SHARDS {
+            shard.leased.add_exclusive(n);
+        } else {
+            shard.shared.add(n);
         }
     }
 
@@ -360,17 +418,26 @@ impl LockCounters {
             if let Ok(guard) = mutex.try_lock() {
                 return guard;
             }
-            let start = sample_lock_wait().then(now_ns);
-            let guard = crate::sync::lock(mutex);
-            self.contended.add_exclusive(1);
-            if let Some(start) = start {
-                self.timed.add_exclusive(1);
-                self.timed_wait_ns.add_exclusive(elapsed_since(start));
-            }
-            guard
+            self.lock_contended(mutex)
         }
         #[cfg(not(feature = "stats"))]
         crate::sync::lock(mutex)
+    }
+
+    /// [`lock_uncounted`](Self::lock_uncounted) once the try-lock failed: out of line,
+    /// so that the uncontended acquisition stays as short as without statistics.
+    #[cfg(feature = "stats")]
+    #[cold]
+    #[inline(never)]
+    fn lock_contended<'a, T>(&self, mutex: &'a Mutex<T>) -> MutexGuard<'a, T> {
+        let start = sample_lock_wait().then(now_ns);
+        let guard = crate::sync::lock(mutex);
+        self.contended.add_exclusive(1);
+        if let Some(start) = start {
+            self.timed.add_exclusive(1);
+            self.timed_wait_ns.add_exclusive(elapsed_since(start));
+        }
+        guard
     }
 
     pub(super) fn snapshot(&self) -> LockStats {
@@ -452,6 +519,44 @@ impl PoolCounters {
 #[cfg(all(test, feature = "stats"))]
 mod tests {
     use super::*;
+    use crate::lease::Slot;
+
+    /// The kept class is only reused for the same pair of CPUs: every item of a
+    /// sequence that moves both CPUs is classified as the topology says.
+    #[test]
+    fn the_last_locality_is_reused_only_for_the_same_cpus() {
+        // 2 nodes x 2 cores x 2 threads.
+        let topology = Topology::synthetic("2s2c2t").unwrap();
+        let last = LastLocality::default();
+        let pairs = [
+            (0, 0),
+            (0, 0),
+            (0, 4),
+            (0, 4),
+            (4, 0),
+            (1, 0),
+            (0, 1),
+            (3, 1),
+            (3, 1),
+        ];
+        for (queued, ran) in pairs
+            .into_iter()
+            .chain((0..8).flat_map(|q| (0..8).map(move |r| (q, r))))
+        {
+            let expected = locality_index(crate::policy::locality(&topology, queued, ran));
+            assert_eq!(
+                last.index(&topology, queued, ran),
+                expected,
+                "{queued} -> {ran}"
+            );
+        }
+        // A CPU beyond the key's range is classified each time (never cached).
+        assert_eq!(
+            last.index(&topology, usize::MAX, 0),
+            locality_index(Place::Remote)
+        );
+        assert_eq!(last.cpus.load(Relaxed), LastLocality::NONE);
+    }
 
     #[test]
     fn a_lock_wait_is_the_timed_mean_times_the_contended_count() {

@@ -13,7 +13,10 @@ pub struct Totals {
     pub queued: u64,
     /// Items whose function started.
     pub started: u64,
-    /// Items whose function returned (panicked ones included).
+    /// Items whose function returned (panicked ones included). A workqueue's count
+    /// grows when a worker settles its finished items, per batch (at the latest before
+    /// it takes more items, blocks or goes idle, and before a flush they end returns),
+    /// so while a worker runs a batch it may trail the pool's by up to 31 items.
     pub completed: u64,
     /// Items whose function panicked.
     pub panicked: u64,
@@ -228,7 +231,6 @@ pub fn all() -> Vec<WorkqueueStats> {
 #[cfg(all(test, feature = "stats"))]
 mod tests {
     use super::*;
-    use crate::policy::Locality as Place;
     use crate::stats::Recorder;
     use crate::sync::Mutex;
 
@@ -239,6 +241,8 @@ mod tests {
         let pool = PoolCounters::default();
         let all = Histogram::default();
         let (a, b) = (pool.register_worker(), pool.register_worker());
+        // One LLC of four cores without SMT: CPU 1 is in CPU 0's LLC.
+        let topology = crate::Topology::synthetic("1s4c1t").unwrap();
         for v in 1..=300u64 {
             let record = match v % 3 {
                 0 => Recorder::Worker(&a),
@@ -247,7 +251,7 @@ mod tests {
             };
             record.started();
             record.completed();
-            record.locality(Place::SameLlc);
+            record.locality(&topology, 0, 1);
             let weight = 1 << (v % 4);
             record.queue_to_start(v * 7, weight);
             record.run_time(v * 1000, weight);
