@@ -1,5 +1,6 @@
-//! Hot paths: queue → execute of a re-queued `Work`, `spawn` + `join`, the CPU and pod
-//! lookups a queue call makes, and a stats snapshot.
+//! Hot paths: queue → execute of a re-queued `Work`, `spawn` + `join`, a worker
+//! draining a backlog, the CPU and pod lookups a queue call makes, and a stats
+//! snapshot.
 //!
 //! Stats recording is a cargo feature; its cost on these paths is the difference
 //! between `cargo bench -p podq --bench hot_paths` and the same with
@@ -8,8 +9,9 @@
 use std::hint::black_box;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use criterion::{criterion_main, Criterion};
+use criterion::{criterion_main, Criterion, Throughput};
 use podq::{policy, Scope, Topology, Work, Workqueue};
 
 /// A work item that signals the thread that created it, and the wait for it.
@@ -57,6 +59,46 @@ fn queue_execute(c: &mut Criterion) {
     group.finish();
 }
 
+/// Items of one backlog in [`drain`]: as many as a flood leaves behind `max_active`
+/// here, with their blocks and waiting entries well beyond the L2 cache.
+const DRAIN_ITEMS: u64 = 100_000;
+
+/// A worker draining a backlog: `DRAIN_ITEMS` tiny closures (capturing 8 bytes, as
+/// `podq bench throughput`'s) queued on a frozen workqueue, then the time from its thaw
+/// to the end of its flush. That is a flood's cost per item on the worker side — its
+/// activation in turns, the run, the accounting and the free — without producers
+/// taking turns on the same CPUs, which makes the open-loop figures swing.
+fn drain(c: &mut Criterion) {
+    let mut group = c.benchmark_group("drain");
+    group.throughput(Throughput::Elements(DRAIN_ITEMS));
+    group.sample_size(20);
+    for scope in [Scope::Cpu, Scope::System] {
+        let wq = Workqueue::builder(format!("bench-drain-{scope}"))
+            .scope(scope)
+            .build()
+            .expect("workqueue");
+        group.bench_function(format!("execute/{scope}"), |b| {
+            b.iter_custom(|iters| {
+                let mut draining = Duration::ZERO;
+                for _ in 0..iters {
+                    wq.freeze().expect("freeze");
+                    for seq in 0..DRAIN_ITEMS {
+                        wq.execute(move || {
+                            black_box(seq);
+                        });
+                    }
+                    let start = Instant::now();
+                    wq.thaw();
+                    wq.flush();
+                    draining += start.elapsed();
+                }
+                draining
+            })
+        });
+    }
+    group.finish();
+}
+
 fn pod_lookup(c: &mut Criterion) {
     let topology = Topology::synthetic("2s24c2t").expect("shape");
     let usable = topology.usable().clone();
@@ -96,6 +138,7 @@ fn stats(c: &mut Criterion) {
 fn benches() {
     let mut c = Criterion::default().configure_from_args();
     queue_execute(&mut c);
+    drain(&mut c);
     pod_lookup(&mut c);
     stats(&mut c);
 }
