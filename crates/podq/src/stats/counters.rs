@@ -80,8 +80,8 @@ pub(crate) struct WorkerCounters {
 
 /// The last locality class a worker found, kept for the next item queued from the same
 /// CPU while the worker runs on the same CPU: the classification reads the topology's
-/// CPU slots and sets, which a flood's stream of items pushes out of the cache (it
-/// took as long as the rest of the statistics' work on the worker). Valid for the
+/// CPU slots and sets, which a flood's stream of items pushes out of the cache (in a
+/// profile it took nearly as long as the rest of the worker's statistics). Valid for the
 /// worker's life: its pool's topology does not change. Written and read by the owning
 /// worker only (AW), so the two fields need not change together.
 #[derive(Debug)]
