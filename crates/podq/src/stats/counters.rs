@@ -111,7 +111,7 @@ impl LastLocality {
         if key != Self::NONE && self.cpus.load(Relaxed) == key {
             return self.index.load(Relaxed);
         }
-        let index = locality_index(crate::policy::locality(topology, queued, ran));
+        let index = classify(topology, queued, ran);
         self.cpus.store(key, Relaxed);
         self.index.store(index, Relaxed);
         index
@@ -168,9 +168,7 @@ impl Recorder<'_> {
     pub(crate) fn locality(self, topology: &Topology, queued: usize, ran: usize) {
         match self {
             Recorder::Worker(w) => w.locality[w.last_locality.index(topology, queued, ran)].inc(),
-            Recorder::Shared(p) => {
-                p.locality[locality_index(crate::policy::locality(topology, queued, ran))].inc()
-            }
+            Recorder::Shared(p) => p.locality[classify(topology, queued, ran)].inc(),
         }
     }
 
@@ -217,6 +215,11 @@ impl Recorder<'_> {
 pub(crate) struct MeasuredStart {
     at: clock::Reading,
     weight: u64,
+}
+
+/// The class index (`locality_index`) of an item queued on `queued` and run on `ran`.
+fn classify(topology: &Topology, queued: usize, ran: usize) -> usize {
+    locality_index(crate::policy::locality(topology, queued, ran))
 }
 
 fn locality_index(place: Place) -> usize {
@@ -543,7 +546,7 @@ mod tests {
             .into_iter()
             .chain((0..8).flat_map(|q| (0..8).map(move |r| (q, r))))
         {
-            let expected = locality_index(crate::policy::locality(&topology, queued, ran));
+            let expected = classify(&topology, queued, ran);
             assert_eq!(
                 last.index(&topology, queued, ran),
                 expected,
