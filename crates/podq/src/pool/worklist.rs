@@ -12,6 +12,8 @@
 
 use std::collections::VecDeque;
 
+use crossbeam_utils::CachePadded;
+
 use super::ring::{Refused, Ring};
 use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
 
@@ -62,8 +64,9 @@ impl Acquire for Plain {
 pub(crate) struct Worklist<T> {
     /// A, I: the items while it is open (see the module docs); none in a one-CPU pool.
     ring: Option<Box<Ring<T>>>,
-    /// K: the items while the ring is closed, oldest first.
-    spill: Mutex<VecDeque<T>>,
+    /// K: the items while the ring is closed, oldest first. On a line of its own, as
+    /// `len`: a flood past the ring takes this lock for every push.
+    spill: CachePadded<Mutex<VecDeque<T>>>,
     /// A: items waiting, ring and spill: added after an item is in, taken off after
     /// it is out, so a moment below the truth and even below 0 (read as 0).
     /// `SeqCst`: a queuer's increment and its `SeqCst` load of the pool's running and
@@ -71,7 +74,9 @@ pub(crate) struct Worklist<T> {
     /// this length (the Dekker pair of the sleep/wake protocol, `pool.rs`: all
     /// `SeqCst`, so at least one side sees the other; `sync::seqcst_pair_fence`). A
     /// queuer whose increment is late still makes its own look at the counts after it.
-    len: AtomicUsize,
+    /// On a line of its own: every push and take writes it, and beside the ring's
+    /// pointer (read-only) it made a call miss on that pointer before its own claim.
+    len: CachePadded<AtomicUsize>,
 }
 
 impl<T> Default for Worklist<T> {
@@ -95,8 +100,8 @@ impl<T> Worklist<T> {
     pub(crate) fn with_capacity(slots: usize) -> Self {
         Worklist {
             ring: (slots > 0).then(|| Box::new(Ring::new(slots))),
-            spill: Mutex::new(VecDeque::new()),
-            len: AtomicUsize::new(0),
+            spill: CachePadded::new(Mutex::new(VecDeque::new())),
+            len: CachePadded::new(AtomicUsize::new(0)),
         }
     }
 
