@@ -25,14 +25,14 @@ pub enum Side {
     Alloc,
 }
 
-/// Counts of one lock use.
+/// Counts of one lock use (and in `podq bench`'s JSON, of a real one).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct LockCounts {
     /// Acquisitions.
     pub acquisitions: u64,
     /// Acquisitions that found the lock held.
     pub contended: u64,
-    /// Time spent waiting, ns.
+    /// Total time spent waiting, nanoseconds.
     pub wait_ns: u64,
 }
 
@@ -44,12 +44,13 @@ impl LockCounts {
         self.wait_ns += other.wait_ns;
     }
 
-    /// `self - earlier`.
+    /// `self - earlier`, for counters sampled at two instants (0 where a count went
+    /// back).
     pub fn since(&self, earlier: &LockCounts) -> LockCounts {
         LockCounts {
-            acquisitions: self.acquisitions - earlier.acquisitions,
-            contended: self.contended - earlier.contended,
-            wait_ns: self.wait_ns - earlier.wait_ns,
+            acquisitions: self.acquisitions.saturating_sub(earlier.acquisitions),
+            contended: self.contended.saturating_sub(earlier.contended),
+            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
         }
     }
 }

@@ -43,34 +43,9 @@ impl QueueConfig {
     }
 }
 
-/// Lock contention of one lock class, summed over pools.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
-pub struct LockCounts {
-    /// Acquisitions.
-    pub acquisitions: u64,
-    /// Acquisitions that found the lock held.
-    pub contended: u64,
-    /// Total time spent waiting, nanoseconds.
-    pub wait_ns: u64,
-}
-
-impl LockCounts {
-    /// Adds `other`'s counts.
-    pub fn add(&mut self, other: &LockCounts) {
-        self.acquisitions += other.acquisitions;
-        self.contended += other.contended;
-        self.wait_ns += other.wait_ns;
-    }
-
-    /// `self - earlier`, for counters sampled at two instants.
-    pub fn since(&self, earlier: &LockCounts) -> LockCounts {
-        LockCounts {
-            acquisitions: self.acquisitions.saturating_sub(earlier.acquisitions),
-            contended: self.contended.saturating_sub(earlier.contended),
-            wait_ns: self.wait_ns.saturating_sub(earlier.wait_ns),
-        }
-    }
-}
+/// Lock contention of one lock class, summed over pools: the simulator's type, so that
+/// real and simulated runs report the same fields.
+pub use podq_sim::LockCounts;
 
 /// Pool lock counters of one queue, where the system keeps them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]

@@ -14,7 +14,7 @@ use crate::bench::report::{
     TopologyInfo, SCHEMA_VERSION,
 };
 use crate::bench::switches_cell;
-use crate::bench::system::{LockCounts, PoolLockCounts};
+use crate::bench::system::PoolLockCounts;
 use crate::bench::workloads::throughput::{Mode, ThroughputDetail};
 
 /// The whole output: `podq bench`'s report with simulated runs.
@@ -128,18 +128,10 @@ pub struct WallInfo {
     pub events_per_sec: f64,
 }
 
-fn lock_counts(c: &podq_sim::LockCounts) -> LockCounts {
-    LockCounts {
-        acquisitions: c.acquisitions,
-        contended: c.contended,
-        wait_ns: c.wait_ns,
-    }
-}
-
 fn pool_locks(p: &PoolLocks) -> PoolLockCounts {
     PoolLockCounts {
-        enqueue: lock_counts(&p.enqueue),
-        dequeue: lock_counts(&p.dequeue),
+        enqueue: p.enqueue,
+        dequeue: p.dequeue,
     }
 }
 
@@ -175,7 +167,7 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
                 fast_frees: a.fast_frees,
                 remote_frees: a.remote_frees,
                 overflow_frees: a.overflow_frees,
-                node_lock: lock_counts(&seg.alloc.node_lock),
+                node_lock: seg.alloc.node_lock,
             },
             nfsiod_pool_locks: seg.nfsiod_pool_locks.as_ref().map(pool_locks),
             context_switches: seg.counters.context_switches,
