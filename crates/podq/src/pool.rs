@@ -19,7 +19,7 @@ use podq_topology::{CpuSet, Topology};
 use crate::attrs::PoolKey;
 use crate::cpu::{self, CpuMap};
 use crate::policy::{self, Kick, PoolLoad};
-use crate::stats::PoolCounters;
+use crate::stats::{Item, PoolCounters};
 use std::sync::Arc;
 
 use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
@@ -419,7 +419,7 @@ impl PoolCore {
         );
         if repatriating {
             // The workqueue's count is the woken worker's to charge (`worker.rs`).
-            self.stats.items.repatriated.inc();
+            self.stats.items.inc(Item::Repatriated);
         }
         action
     }

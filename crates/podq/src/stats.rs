@@ -8,10 +8,10 @@
 //! snapshots, and never decide control flow, so they pair with nothing. AW atomic,
 //! written by one worker only (a load and a store, no locked instruction) and read by
 //! snapshots. AL atomic, written (a load and a store) only while holding the lock it
-//! counts, read by snapshots: `LockCounters`. AS atomic, written (a load and a store) only
-//! by the thread holding the lease on that shard of a `ShardedCounter`, read by
-//! snapshots. R guarded by `PoolCounters::workers` (a
-//! std mutex). A snapshot taken while items run is not a consistent cut (e.g.
+//! counts, read by snapshots: `LockCounters`. AS atomic, written (a load and a store)
+//! only by the thread holding the lease on that shard of a `ShardedCounter` or of
+//! `ItemCounters`, read by snapshots. R guarded by `PoolCounters::workers` (a std
+//! mutex). A snapshot taken while items run is not a consistent cut (e.g.
 //! `started` may exceed `queued` read a moment earlier); readers derive rates from
 //! successive snapshots.
 //!
@@ -36,7 +36,9 @@ mod snapshot;
 
 #[cfg(feature = "stats")]
 pub(crate) use clock::{elapsed_since, init as init_clock, now_ns};
-pub(crate) use counters::{ItemCounters, OwnedCounter, PoolCounters, Recorder, WorkerCounters};
+pub(crate) use counters::{
+    Item, ItemCounters, OwnedCounter, PoolCounters, Recorder, WorkerCounters,
+};
 use histogram::Histogram;
 #[cfg(feature = "stats")]
 pub(crate) use sample::{sample_lock_wait, sample_stamp, Sample, Stamp, WEIGHT_BITS};

@@ -66,7 +66,7 @@ use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
-use crate::stats::{ItemCounters, PoolStats, WorkqueueStats};
+use crate::stats::{Item, ItemCounters, PoolStats, WorkqueueStats};
 use crate::sync::{
     AtomicBool, AtomicUsize, Mutex,
     Ordering::{Relaxed, SeqCst},
@@ -667,7 +667,7 @@ impl WqShared {
     fn cancel_refused(&self, task: Task) {
         if let Task::Work { work, seq } = task {
             if work.state.release(seq) {
-                self.counters.cancelled.inc();
+                self.counters.inc(Item::Cancelled);
             }
         }
     }
@@ -715,9 +715,9 @@ impl WqShared {
             // Retired between the table read and the count: the table has moved on.
             drop(table);
         };
-        self.counters.queued.inc();
+        self.counters.inc(Item::Queued);
         let pool = &pwq.pool.core;
-        pool.stats.items.queued.inc();
+        pool.stats.items.inc(Item::Queued);
         let node = &self.nodes[pwq.node];
         let entry = Entry {
             task,
@@ -746,8 +746,8 @@ impl WqShared {
                     pool.push(entry)
                 }
                 Admission::Wait => {
-                    self.counters.max_active_waits.inc();
-                    pool.stats.items.max_active_waits.inc();
+                    self.counters.inc(Item::MaxActiveWaits);
+                    pool.stats.items.inc(Item::MaxActiveWaits);
                     st.inactive.push_back(entry.into_waiting());
                     join_pending = admit.join_pending;
                     if join_pending {
@@ -901,7 +901,7 @@ impl WqShared {
             None => return None,
         }
         // Counters first, without `config` (the lock order puts `pwqs` after it).
-        let completed = self.counters.completed.get();
+        let completed = self.counters.get(Item::Completed);
         let pwqs: Vec<Arc<Pwq>> = lock(&self.pwqs).clone();
         let mut pools: Vec<auto::PoolSample> = Vec::new();
         for pwq in &pwqs {
@@ -1029,7 +1029,7 @@ impl Pwq {
         // The workqueue outlives the call even if the pwq does not.
         let wq = Arc::clone(&pwq.wq);
         // Before the uncount: a flush that this completion ends sees the count.
-        wq.counters.completed.add(ran);
+        wq.counters.add(Item::Completed, ran);
         let node = &wq.nodes[pwq.node];
         node.release((done[0] + done[1]) as usize);
         wq.activate(node);

@@ -11,7 +11,7 @@ use crate::context::{self, BATCH, COMPLETIONS, WORKER_POOL};
 use crate::cpu;
 use crate::entry::{Entry, EntryMeta, Task};
 use crate::policy;
-use crate::stats::{Recorder, WorkerCounters};
+use crate::stats::{Item, Recorder, WorkerCounters};
 use crate::sync::Ordering::SeqCst;
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, Mutex, MutexGuard};
 use crate::trace;
@@ -78,7 +78,7 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
                 // of the waker's scan).
                 BATCH.with(|b| {
                     if let Some(first) = b.borrow().front() {
-                        first.meta.pwq.wq.counters.repatriated.inc();
+                        first.meta.pwq.wq.counters.inc(Item::Repatriated);
                     }
                 });
             }
@@ -335,8 +335,8 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
 
 /// Drops an entry whose instance was cancelled or superseded.
 fn discard(meta: EntryMeta) {
-    meta.pwq.pool.core.stats.items.cancelled.inc();
-    meta.pwq.wq.counters.cancelled.inc();
+    meta.pwq.pool.core.stats.items.inc(Item::Cancelled);
+    meta.pwq.wq.counters.inc(Item::Cancelled);
     context::complete(meta, false);
 }
 
@@ -358,7 +358,7 @@ fn execute(
     let cpu = pool.worker_cpu();
     cpu::set_thread_cpu(Some(cpu));
     record.started();
-    wq.counters.started.inc();
+    wq.counters.inc(Item::Started);
     // Two clock reads per measured item (`stats/sample.rs`, `stats/clock.rs`): the
     // start (also the end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]
@@ -379,8 +379,8 @@ fn execute(
     // (`workqueue/completions.rs`), once per batch.
     record.completed();
     if let Some(message) = panicked {
-        owner.stats.items.panicked.inc();
-        wq.counters.panicked.inc();
+        owner.stats.items.inc(Item::Panicked);
+        wq.counters.inc(Item::Panicked);
         wq.report_panic(&message);
     }
 }

@@ -151,7 +151,7 @@ impl Recorder<'_> {
     pub(crate) fn started(self) {
         match self {
             Recorder::Worker(w) => w.started.inc(),
-            Recorder::Shared(p) => p.items.started.inc(),
+            Recorder::Shared(p) => p.items.inc(Item::Started),
         }
     }
 
@@ -159,7 +159,7 @@ impl Recorder<'_> {
     pub(crate) fn completed(self) {
         match self {
             Recorder::Worker(w) => w.completed.inc(),
-            Recorder::Shared(p) => p.items.completed.inc(),
+            Recorder::Shared(p) => p.items.inc(Item::Completed),
         }
     }
 
@@ -279,28 +279,75 @@ impl ShardedCounter {
     }
 }
 
-/// Item counters, kept per pool and per workqueue.
+/// What an item count counts (the fields of [`Totals`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Item {
+    Queued,
+    Started,
+    Completed,
+    Panicked,
+    Cancelled,
+    Repatriated,
+    MaxActiveWaits,
+}
+
+/// Kinds of [`Item`] counts.
+const ITEM_KINDS: usize = 7;
+
+/// One thread's part of every item count, alone on its cache line (7 words).
+#[derive(Default, Debug)]
+#[repr(align(64))]
+struct ItemShard([Counter; ITEM_KINDS]);
+
+/// Item counters, kept per pool and per workqueue, sharded as a [`ShardedCounter`] is
+/// but by thread first: a thread's parts of all seven counts share one line, so a
+/// queue call that counts an item queued and waiting in its workqueue and in its pool
+/// writes two lines, not four, and a set takes 1 KiB instead of 3.5.
 #[derive(Default, Debug)]
 pub(crate) struct ItemCounters {
-    pub(crate) queued: ShardedCounter,
-    pub(crate) started: ShardedCounter,
-    pub(crate) completed: ShardedCounter,
-    pub(crate) panicked: ShardedCounter,
-    pub(crate) cancelled: ShardedCounter,
-    pub(crate) repatriated: ShardedCounter,
-    pub(crate) max_active_waits: ShardedCounter,
+    /// AS: the lessee of each shard's parts.
+    leased: [ItemShard; SHARDS],
+    /// A: threads without a lease, `code - LEASES` choosing the shard (locked adds).
+    shared: [ItemShard; SHARDS],
 }
 
 impl ItemCounters {
+    /// Counts one `item` event.
+    #[inline]
+    pub(crate) fn inc(&self, item: Item) {
+        self.add(item, 1);
+    }
+
+    /// Counts `n` `item` events.
+    #[inline]
+    pub(crate) fn add(&self, item: Item, n: u64) {
+        // As in `ShardedCounter::add`.
+        let code = usize::from(lease::code());
+        if code < SHARDS {
+            self.leased[code].0[item as usize].add_exclusive(n);
+        } else {
+            self.shared[code % SHARDS].0[item as usize].add(n);
+        }
+    }
+
+    pub(crate) fn get(&self, item: Item) -> u64 {
+        let i = item as usize;
+        self.leased
+            .iter()
+            .chain(&self.shared)
+            .map(|s| s.0[i].get())
+            .sum()
+    }
+
     pub(crate) fn snapshot(&self) -> Totals {
         Totals {
-            queued: self.queued.get(),
-            started: self.started.get(),
-            completed: self.completed.get(),
-            panicked: self.panicked.get(),
-            cancelled: self.cancelled.get(),
-            repatriated: self.repatriated.get(),
-            max_active_waits: self.max_active_waits.get(),
+            queued: self.get(Item::Queued),
+            started: self.get(Item::Started),
+            completed: self.get(Item::Completed),
+            panicked: self.get(Item::Panicked),
+            cancelled: self.get(Item::Cancelled),
+            repatriated: self.get(Item::Repatriated),
+            max_active_waits: self.get(Item::MaxActiveWaits),
         }
     }
 }
@@ -508,8 +555,8 @@ impl PoolCounters {
     pub(crate) fn retire_worker(&self, mine: &Arc<WorkerCounters>) {
         let mut workers = crate::sync::lock_std(&self.workers);
         workers.retain(|w| !Arc::ptr_eq(w, mine));
-        self.items.started.add(mine.started.get());
-        self.items.completed.add(mine.completed.get());
+        self.items.add(Item::Started, mine.started.get());
+        self.items.add(Item::Completed, mine.completed.get());
         self.retired_dequeues.add(mine.dequeue_acquisitions.get());
         for (shared, own) in self.locality.iter().zip(&mine.locality) {
             shared.add(own.get());
@@ -666,5 +713,52 @@ mod tests {
             .map(|s| (s.leased.get(), s.shared.get()))
             .collect();
         assert_eq!(parts, expected);
+    }
+
+    /// The same for the item counts, each thread adding to one kind per wave and
+    /// another kind once: every kind sums its own adds, leased and shared parts
+    /// together, and none leaks into another.
+    #[test]
+    fn item_counts_lose_no_add_and_keep_their_kinds_apart() {
+        let kinds = [
+            Item::Queued,
+            Item::Started,
+            Item::Completed,
+            Item::Panicked,
+            Item::Cancelled,
+            Item::Repatriated,
+            Item::MaxActiveWaits,
+        ];
+        let counters = Arc::new(ItemCounters::default());
+        let mut expected = [0u64; ITEM_KINDS];
+        for wave in 0..3usize {
+            let threads: Vec<_> = (0..2 * SHARDS)
+                .map(|t| {
+                    let counters = Arc::clone(&counters);
+                    let (kind, other) = (kinds[(t + wave) % ITEM_KINDS], kinds[wave]);
+                    std::thread::spawn(move || {
+                        for _ in 0..100 + t {
+                            counters.inc(kind);
+                        }
+                        counters.add(other, 7);
+                    })
+                })
+                .collect();
+            for t in threads {
+                t.join().unwrap();
+            }
+            for t in 0..2 * SHARDS {
+                expected[(t + wave) % ITEM_KINDS] += 100 + t as u64;
+                expected[wave] += 7;
+            }
+        }
+        for kind in kinds {
+            assert_eq!(counters.get(kind), expected[kind as usize], "{kind:?}");
+        }
+        let totals = counters.snapshot();
+        assert_eq!(
+            [totals.queued, totals.max_active_waits],
+            [expected[0], expected[6]]
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! [`Workqueue::shutdown`]: a drain bounded by a timeout that reports what did not
 //! finish, instead of waiting forever as dropping the last handle does.
 
+use crate::stats::Item;
 use crate::sync::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -92,7 +93,7 @@ impl WqShared {
             poll = (poll * 2).min(POLL_MAX);
         }
         let cancelled = delayed::cancel_for(self.id);
-        self.counters.cancelled.add(cancelled);
+        self.counters.add(Item::Cancelled, cancelled);
         let cancelled_on_timer = usize::try_from(cancelled).unwrap_or(usize::MAX);
         // Counted after the timer is emptied: an item it fired just before is in flight.
         let in_flight = self.in_flight();

@@ -2,6 +2,7 @@
 //! on the timer, retire every pwq and join the workers of pools no one else uses. The
 //! rules are in the `Workqueue` docs (Shutdown).
 
+use crate::stats::Item;
 use crate::sync::Ordering::SeqCst;
 use std::sync::Arc;
 
@@ -38,7 +39,7 @@ impl Drop for WqHandle {
         let retired = std::mem::take(&mut cfg.retired);
         drop(cfg);
         let cancelled = delayed::cancel_for(wq.id);
-        wq.counters.cancelled.add(cancelled);
+        wq.counters.add(Item::Cancelled, cancelled);
         let old = wq.table.replace(Arc::new(Table {
             cpu_pwq: Vec::new(),
             dfl: None,
