@@ -292,7 +292,7 @@ pub(crate) enum Item {
 }
 
 /// Kinds of [`Item`] counts.
-const ITEM_KINDS: usize = 7;
+const ITEM_KINDS: usize = Item::MaxActiveWaits as usize + 1;
 
 /// One thread's part of every item count, alone on its cache line (7 words).
 #[derive(Default, Debug)]
