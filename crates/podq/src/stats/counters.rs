@@ -235,6 +235,15 @@ fn locality_index(place: Place) -> usize {
 /// Shards of a [`ShardedCounter`]: one per thread lease.
 const SHARDS: usize = LEASES;
 
+/// The calling thread's shard, and whether it holds that shard's lease: the lease's
+/// code (`lease::code`) below `LEASES` is the lessee of that shard, above it a thread
+/// without a lease that shares the shard `code - LEASES`.
+#[inline]
+fn my_shard() -> (usize, bool) {
+    let code = usize::from(lease::code());
+    (code % SHARDS, code < SHARDS)
+}
+
 /// One shard, alone on its cache line: the lessee's part and everyone else's.
 #[derive(Default, Debug)]
 #[repr(align(64))]
@@ -263,14 +272,11 @@ impl ShardedCounter {
     /// Adds `n`.
     #[inline]
     pub(crate) fn add(&self, n: u64) {
-        // The lease's code (`lease::code`): below `LEASES` the lessee of that shard,
-        // above it a thread without a lease that shares the shard `code - LEASES`.
-        let code = usize::from(lease::code());
-        let shard = &self.0[code % SHARDS];
-        if code < SHARDS {
-            shard.leased.add_exclusive(n);
+        let (i, leased) = my_shard();
+        if leased {
+            self.0[i].leased.add_exclusive(n);
         } else {
-            shard.shared.add(n);
+            self.0[i].shared.add(n);
         }
     }
 
@@ -321,12 +327,11 @@ impl ItemCounters {
     /// Counts `n` `item` events.
     #[inline]
     pub(crate) fn add(&self, item: Item, n: u64) {
-        // As in `ShardedCounter::add`.
-        let code = usize::from(lease::code());
-        if code < SHARDS {
-            self.leased[code].0[item as usize].add_exclusive(n);
+        let (i, leased) = my_shard();
+        if leased {
+            self.leased[i].0[item as usize].add_exclusive(n);
         } else {
-            self.shared[code % SHARDS].0[item as usize].add(n);
+            self.shared[i].0[item as usize].add(n);
         }
     }
 
