@@ -85,6 +85,8 @@ cost_params! {
     slice: "ns",
     /// Fixed part of a migration: remote enqueue and IPI (§3, estimate ~ one wake-up).
     migration_fixed: "ns",
+    /// A waiting thread that gave up its CPU less than this long ago is cache-hot: an idle CPU's newidle balance does not pull it, unless from its SMT sibling (the kernel's `task_hot()`, kernel/sched/fair.c, whose threshold `sysctl_sched_migration_cost` is 0.5 ms: §3 "Migration"). 0, the rule off, in every profile: the model lacks the rest of the balancer the kernel's rule works with (wake-up preemption by lag, counts of failed balances, newidle's idle-time gate), and alone the rule moves the model away from more of the measured results than toward them (README, "What it predicts").
+    cache_hot: "ns",
     /// Cache lines of a thread's hot set refilled after a migration (estimate: one 4 KiB stack page).
     hot_lines: "lines",
     /// Outstanding misses a core overlaps when refilling lines (§4, estimate 6-20).
@@ -162,6 +164,7 @@ fn xeon_2s24c() -> CostParams {
         context_switch: 1_100.0,
         slice: 3_000_000.0,
         migration_fixed: 2_000.0,
+        cache_hot: 0.0,
         hot_lines: 64.0,
         mlp: 10.0,
         buf4k_local: 70.0,
@@ -460,7 +463,7 @@ mod tests {
 
     #[test]
     fn every_parameter_documents_its_unit_and_source() {
-        assert_eq!(PARAMS.len(), 35);
+        assert_eq!(PARAMS.len(), 36);
         for p in PARAMS {
             assert!(!p.unit.is_empty() && p.doc.len() > 20, "{}", p.name);
         }

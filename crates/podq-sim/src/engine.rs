@@ -10,7 +10,11 @@
 //! woken thread goes to its hint CPU if idle, else an idle SMT sibling, else an idle
 //! CPU of the hint's LLC, else of the waker's LLC (wake-affine), else it queues on the
 //! hint CPU. A CPU that goes idle pulls a waiting thread from the nearest CPU (LLC,
-//! node, machine); every `balance_interval` waiting threads move to idle CPUs. A
+//! node, machine), but with `cache_hot` set (0, off, in every profile) not one that
+//! gave up a CPU less than that long ago unless it waits on a sibling (the kernel's
+//! `task_hot()`); every `balance_interval` waiting threads move to idle CPUs, hot or
+//! not (the kernel's periodic balance moves hot tasks once its attempts have failed,
+//! `cache_nice_tries`). A
 //! thread waits behind a running one until that one blocks or has run one `slice`,
 //! except a high-priority thread (a `WQ_HIGHPRI` kworker's nice -20: EEVDF gives it the
 //! earlier deadline), which preempts a computing normal thread at once and queues ahead
@@ -92,6 +96,8 @@ pub struct Thread {
     pub wake_pending: bool,
     /// When it last got its CPU.
     pub ran_since: Ns,
+    /// When it last gave up its CPU (`None`: it never ran): the cache-hot test.
+    pub stopped: Option<Ns>,
     /// Worker: polled the worklist since its last item.
     pub spun: bool,
     /// Worker: polling its pool's worklist (an `Op::Spin` in progress).
@@ -268,6 +274,7 @@ impl<'t> Sim<'t> {
             ops: ops.into(),
             wake_pending: false,
             ran_since: 0,
+            stopped: None,
             spun: false,
             spinning: false,
             held: 0,
@@ -409,6 +416,9 @@ impl<'t> Sim<'t> {
 
     fn set_running(&mut self, cpu: usize, tid: Option<Tid>) {
         let now = self.now;
+        if let Some(old) = self.cpus[cpu].running.filter(|&old| Some(old) != tid) {
+            self.threads[old].stopped = Some(now);
+        }
         let c = &mut self.cpus[cpu];
         match (c.running.is_some(), tid.is_some()) {
             (false, true) => c.since = now,
@@ -621,8 +631,9 @@ impl<'t> Sim<'t> {
         (0..self.cpus.len()).find(|&c| self.cpus[c].rq.contains(&tid))
     }
 
-    /// Newidle balance: `cpu` pulls the first waiting thread that may run on it, from
-    /// its LLC, then its node, then anywhere.
+    /// Newidle balance: `cpu` pulls the first waiting thread that may run on it and is
+    /// not cache-hot there ([`Sim::cache_hot`]), from its LLC, then its node, then
+    /// anywhere.
     fn pull(&mut self, cpu: usize) {
         let order: Vec<usize> = {
             let c = &self.cpus[cpu];
@@ -640,10 +651,9 @@ impl<'t> Sim<'t> {
             if self.cpus[from].rq.is_empty() {
                 continue;
             }
-            let found = self.cpus[from]
-                .rq
-                .iter()
-                .position(|&t| self.threads[t].allowed.contains(cpu));
+            let found = self.cpus[from].rq.iter().position(|&t| {
+                self.threads[t].allowed.contains(cpu) && !self.cache_hot(t, from, cpu)
+            });
             if let Some(at) = found {
                 let tid = self.cpus[from].rq.remove(at).unwrap_or(usize::MAX);
                 self.waiting -= 1;
@@ -651,6 +661,16 @@ impl<'t> Sim<'t> {
                 return;
             }
         }
+    }
+
+    /// Whether thread `tid`, waiting on `from`, is cache-hot for a pull to `cpu` (the
+    /// kernel's `task_hot()`): it gave up a CPU less than `cache_hot` ago, and `from` is
+    /// not an SMT sibling of `cpu` (siblings share their caches).
+    fn cache_hot(&self, tid: Tid, from: usize, cpu: usize) -> bool {
+        !self.cpus[cpu].siblings.contains(&from)
+            && self.threads[tid]
+                .stopped
+                .is_some_and(|at| ((self.now - at) as f64) < self.cost.cache_hot)
     }
 
     fn migrate(&mut self, tid: Tid, to: usize) {
@@ -797,5 +817,59 @@ mod tests {
         // The second waits 5.5-13.1 us, then 1.1 + 1 us.
         assert_eq!(sim.now, 15_200);
         assert_eq!(sim.counters.run_delay_ns, [7_600, 0]);
+    }
+
+    /// Where a thread that waits on a busy CPU ends up when the other CPU goes idle, on
+    /// the two-CPU `shape` with the cache-hot rule at `cache_hot` ns: the thread ran on
+    /// CPU 0 until 4.1 us, waits there from 10.5 us behind a 200 us computation, and
+    /// CPU 1 goes idle at about 58 us. Returns its last CPU and the migrations counted.
+    fn waiting_thread_after_newidle(shape: &str, cache_hot: f64) -> (usize, u64) {
+        let topo = Topology::synthetic(shape).unwrap();
+        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
+        cost.jitter = 0.0;
+        cost.cache_hot = cache_hot;
+        let world = World::new(Workload::Queue {
+            producer_cpus: vec![0],
+            item_ns: 0,
+        });
+        let mut sim = Sim::new(&topo, cost, 1, world);
+        let both = CpuSet::from_iter([0, 1]);
+        let waiting = sim.spawn(
+            Role::Producer(0),
+            both,
+            0,
+            vec![
+                Op::Compute(1_000.0),
+                Op::Block,
+                Op::Compute(1_000.0),
+                Op::Block,
+            ],
+        );
+        let on = |cpu: usize, ns: f64| (CpuSet::single(cpu), vec![Op::Compute(ns), Op::Block]);
+        let (one, ops) = on(1, 50_000.0);
+        let short = sim.spawn(Role::Producer(1), one, 1, ops);
+        let (zero, ops) = on(0, 200_000.0);
+        let long = sim.spawn(Role::Producer(2), zero, 0, ops);
+        sim.wake(waiting, 0, 0, None);
+        drain(&mut sim, 5_000);
+        sim.now = 5_000;
+        sim.wake(short, 1, 1, None);
+        sim.wake(long, 0, 0, None);
+        drain(&mut sim, 10_000);
+        sim.now = 10_000;
+        sim.wake(waiting, 0, 0, None);
+        drain(&mut sim, Ns::MAX);
+        (sim.threads[waiting].cpu, sim.counters.migrations)
+    }
+
+    /// Newidle balance pulls a waiting thread at once without the rule, not while it is
+    /// cache-hot (it stopped less than `cache_hot` ago), and again once it is not; an
+    /// SMT sibling, which shares the caches, pulls it hot or not.
+    #[test]
+    fn newidle_balance_leaves_a_cache_hot_thread_where_it_waits() {
+        assert_eq!(waiting_thread_after_newidle("1s2c1t", 0.0), (1, 1));
+        assert_eq!(waiting_thread_after_newidle("1s2c1t", 500_000.0), (0, 0));
+        assert_eq!(waiting_thread_after_newidle("1s2c1t", 20_000.0), (1, 1));
+        assert_eq!(waiting_thread_after_newidle("1s1c2t", 500_000.0), (1, 1));
     }
 }
