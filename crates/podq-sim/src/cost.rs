@@ -85,7 +85,7 @@ cost_params! {
     slice: "ns",
     /// Fixed part of a migration: remote enqueue and IPI (§3, estimate ~ one wake-up).
     migration_fixed: "ns",
-    /// A waiting thread that gave up its CPU less than this long ago is cache-hot: an idle CPU's newidle balance does not pull it, unless from its SMT sibling (the kernel's `task_hot()`, kernel/sched/fair.c, whose threshold `sysctl_sched_migration_cost` is 0.5 ms: §3 "Migration"). 0, the rule off, in every profile: the model lacks the rest of the balancer the kernel's rule works with (wake-up preemption by lag, counts of failed balances, newidle's idle-time gate), and alone the rule moves the model away from more of the measured results than toward them (README, "What it predicts").
+    /// A waiting thread that gave up its CPU less than this long ago is cache-hot: an idle CPU's newidle balance does not pull it, unless from its SMT sibling (the kernel's `task_hot()`, kernel/sched/fair.c, whose threshold `sysctl_sched_migration_cost` is 0.5 ms: §3 "Migration"). 0, the rule off, in every profile: the model has the rest of the kernel's balancer only in outline, and with the rule alone it reproduces fewer of the measured results (README, "What it predicts").
     cache_hot: "ns",
     /// Cache lines of a thread's hot set refilled after a migration (estimate: one 4 KiB stack page).
     hot_lines: "lines",
