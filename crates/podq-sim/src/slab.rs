@@ -41,6 +41,15 @@ pub struct AllocCounts {
 }
 
 impl AllocCounts {
+    /// Adds `other`'s counts.
+    pub fn add(&mut self, other: &AllocCounts) {
+        self.fast_allocs += other.fast_allocs;
+        self.slow_allocs += other.slow_allocs;
+        self.fast_frees += other.fast_frees;
+        self.remote_frees += other.remote_frees;
+        self.overflow_frees += other.overflow_frees;
+    }
+
     /// `self - earlier`.
     pub fn since(&self, earlier: &AllocCounts) -> AllocCounts {
         AllocCounts {

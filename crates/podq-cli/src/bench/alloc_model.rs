@@ -66,19 +66,14 @@ const MAX_OBJECT_SIZE: usize = 4096;
 /// A CPU cache refills and flushes in halves, so it holds at least two objects.
 const MIN_CACHE_SIZE: usize = 2;
 
-/// Counters, as sampled by [`AllocModel::counts`].
+/// Counters, as sampled by [`AllocModel::counts`]: the allocator's own counts (the
+/// simulator's type, whose slab model is this one on a virtual clock) and the node
+/// list locks'.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct AllocCounts {
-    /// Allocations served from the CPU cache.
-    pub fast_allocs: u64,
-    /// Allocations that refilled the CPU cache from a node list.
-    pub slow_allocs: u64,
-    /// Frees into the CPU cache.
-    pub fast_frees: u64,
-    /// Remote frees (node lock taken).
-    pub remote_frees: u64,
-    /// Local frees that found the CPU cache full (node lock taken).
-    pub overflow_frees: u64,
+    /// Allocations and frees by path (fields of their own in the JSON).
+    #[serde(flatten)]
+    pub ops: podq_sim::AllocCounts,
     /// The node list locks.
     pub node_lock: LockCounts,
 }
@@ -86,22 +81,14 @@ pub struct AllocCounts {
 impl AllocCounts {
     /// Adds `other`'s counts.
     pub fn add(&mut self, other: &AllocCounts) {
-        self.fast_allocs += other.fast_allocs;
-        self.slow_allocs += other.slow_allocs;
-        self.fast_frees += other.fast_frees;
-        self.remote_frees += other.remote_frees;
-        self.overflow_frees += other.overflow_frees;
+        self.ops.add(&other.ops);
         self.node_lock.add(&other.node_lock);
     }
 
     /// `self - earlier`.
     pub fn since(&self, earlier: &AllocCounts) -> AllocCounts {
         AllocCounts {
-            fast_allocs: self.fast_allocs - earlier.fast_allocs,
-            slow_allocs: self.slow_allocs - earlier.slow_allocs,
-            fast_frees: self.fast_frees - earlier.fast_frees,
-            remote_frees: self.remote_frees - earlier.remote_frees,
-            overflow_frees: self.overflow_frees - earlier.overflow_frees,
+            ops: self.ops.since(&earlier.ops),
             node_lock: self.node_lock.since(&earlier.node_lock),
         }
     }
@@ -315,11 +302,13 @@ impl AllocModel {
             node_lock.wait_ns += c.wait_ns;
         }
         AllocCounts {
-            fast_allocs: self.fast_allocs.load(Ordering::Relaxed),
-            slow_allocs: self.slow_allocs.load(Ordering::Relaxed),
-            fast_frees: self.fast_frees.load(Ordering::Relaxed),
-            remote_frees: self.remote_frees.load(Ordering::Relaxed),
-            overflow_frees: self.overflow_frees.load(Ordering::Relaxed),
+            ops: podq_sim::AllocCounts {
+                fast_allocs: self.fast_allocs.load(Ordering::Relaxed),
+                slow_allocs: self.slow_allocs.load(Ordering::Relaxed),
+                fast_frees: self.fast_frees.load(Ordering::Relaxed),
+                remote_frees: self.remote_frees.load(Ordering::Relaxed),
+                overflow_frees: self.overflow_frees.load(Ordering::Relaxed),
+            },
             node_lock,
         }
     }
@@ -344,14 +333,14 @@ mod tests {
         let m = model(RemoteRule::Cpu);
         let a = m.alloc(0);
         let c = m.counts();
-        assert_eq!((c.slow_allocs, c.fast_allocs), (1, 0));
+        assert_eq!((c.ops.slow_allocs, c.ops.fast_allocs), (1, 0));
         m.free(a, 0);
         let b = m.alloc(0);
         m.free(b, 0);
         let c = m.counts();
-        assert_eq!(c.fast_allocs, 1);
-        assert_eq!(c.fast_frees, 2);
-        assert_eq!(c.remote_frees, 0);
+        assert_eq!(c.ops.fast_allocs, 1);
+        assert_eq!(c.ops.fast_frees, 2);
+        assert_eq!(c.ops.remote_frees, 0);
         // Only the one refill took a node lock.
         assert_eq!(c.node_lock.acquisitions, 1);
     }
@@ -364,12 +353,12 @@ mod tests {
             m.free(o, 1);
         }
         let c = m.counts();
-        assert_eq!(c.remote_frees, 10);
-        assert_eq!(c.fast_frees, 0);
+        assert_eq!(c.ops.remote_frees, 10);
+        assert_eq!(c.ops.fast_frees, 0);
         // 10 remote frees + refills of the CPU 0 cache (batches of 2 objects).
-        assert_eq!(c.node_lock.acquisitions, 10 + c.slow_allocs);
-        assert_eq!(c.slow_allocs + c.fast_allocs, 10);
-        assert!(c.slow_allocs >= 5, "{c:?}");
+        assert_eq!(c.node_lock.acquisitions, 10 + c.ops.slow_allocs);
+        assert_eq!(c.ops.slow_allocs + c.ops.fast_allocs, 10);
+        assert!(c.ops.slow_allocs >= 5, "{c:?}");
     }
 
     #[test]
@@ -381,8 +370,8 @@ mod tests {
         let o = m.alloc(0);
         m.free(o, 2);
         let c = m.counts();
-        assert_eq!(c.remote_frees, 1);
-        assert_eq!(c.fast_frees, 1);
+        assert_eq!(c.ops.remote_frees, 1);
+        assert_eq!(c.ops.fast_frees, 1);
     }
 
     #[test]
@@ -393,8 +382,8 @@ mod tests {
             m.free(o, 0);
         }
         let c = m.counts();
-        assert_eq!(c.fast_frees + c.overflow_frees, 6);
-        assert!(c.overflow_frees >= 1, "{c:?}");
+        assert_eq!(c.ops.fast_frees + c.ops.overflow_frees, 6);
+        assert!(c.ops.overflow_frees >= 1, "{c:?}");
     }
 
     #[test]
@@ -412,8 +401,8 @@ mod tests {
             }
         });
         let c = m.counts();
-        assert_eq!(c.remote_frees, 8000);
-        assert_eq!(c.fast_allocs + c.slow_allocs, 8000);
+        assert_eq!(c.ops.remote_frees, 8000);
+        assert_eq!(c.ops.fast_allocs + c.ops.slow_allocs, 8000);
         assert!(c.node_lock.contended <= c.node_lock.acquisitions);
     }
 

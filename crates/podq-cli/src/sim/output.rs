@@ -156,17 +156,12 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
             Workload::Completion(c) => c.io_bytes,
             _ => podq_sim::DEFAULT_IO_BYTES,
         };
-        let a = &seg.alloc.counts;
         CompletionDetail {
             mb_per_sec: seg.items as f64 * io_bytes as f64 / seconds.max(f64::MIN_POSITIVE) / 1e6,
             idle_per_cpu: seg.idle_per_cpu.iter().map(|&(_, i)| i).collect(),
             idle_per_node: seg.idle_per_node.iter().map(|&(_, i)| i).collect(),
             allocator: AllocCounts {
-                fast_allocs: a.fast_allocs,
-                slow_allocs: a.slow_allocs,
-                fast_frees: a.fast_frees,
-                remote_frees: a.remote_frees,
-                overflow_frees: a.overflow_frees,
+                ops: seg.alloc.counts,
                 node_lock: seg.alloc.node_lock,
             },
             nfsiod_pool_locks: seg.nfsiod_pool_locks.as_ref().map(pool_locks),
