@@ -115,6 +115,8 @@ cost_params! {
     smt_speed: "x",
     /// Creating a worker thread (clone, stack, first schedule; estimate).
     thread_create: "ns",
+    /// A wake-up's scan of an LLC for an idle CPU covers llc_cpus × (1 − (u × this / 100)²) of them, u the LLC's busy share over the last `balance_interval`: none from u ≈ 0.85 with 117 (the kernel's `SIS_UTIL`, default on since Linux 6.0, `update_idle_cpu_scan()` in kernel/sched/fair.c with the LLC domain's `imbalance_pct` of 117; a scheduler setting, not a hardware cost; the kernel's utilization is PELT's decaying average, the model's the last interval's). 0, the whole LLC scanned, in every profile (README, "What it predicts").
+    idle_scan_pct: "%",
     /// Interval of the periodic load balance between LLCs and nodes (estimate; the kernel's scales with domain size).
     balance_interval: "ns",
     /// Work under a pool lock besides line transfers: list operation and the kick decision (estimate).
@@ -180,6 +182,7 @@ fn xeon_2s24c() -> CostParams {
         smt_speed: 0.65,
         thread_create: 25_000.0,
         balance_interval: 4_000_000.0,
+        idle_scan_pct: 0.0,
         pool_hold: 40.0,
         queue_call: 90.0,
         item_dispatch: 100.0,
@@ -274,7 +277,7 @@ fn ceiling(unit: &str) -> Option<(f64, &'static str)> {
             "must be at most 10 s, the longest simulated run",
         ),
         "lines" | "misses" | "frees" => (1e6, "must be at most a million"),
-        "x c2c" => (1e3, "must be at most 1000"),
+        "x c2c" | "%" => (1e3, "must be at most 1000"),
         "GB/s" => (1e6, "must be at most 10^6 GB/s"),
         _ => return None,
     })
@@ -409,6 +412,9 @@ impl CostParams {
             match p.name {
                 "smt_speed" if value == 0.0 || value > 1.0 => return Err(bad("must be in (0, 1]")),
                 "jitter" if value >= 1.0 => return Err(bad("must be below 1")),
+                "idle_scan_pct" if value > 0.0 && value < 100.0 => {
+                    return Err(bad("must be 0 (the whole LLC) or at least 100"))
+                }
                 "nic_rate" if value < 1e-3 => return Err(bad("must be at least 0.001 GB/s")),
                 "mlp" | "slab_lock_every" | "balance_interval" | "slice" if value < 1.0 => {
                     return Err(bad("must be at least 1"))
@@ -463,7 +469,7 @@ mod tests {
 
     #[test]
     fn every_parameter_documents_its_unit_and_source() {
-        assert_eq!(PARAMS.len(), 36);
+        assert_eq!(PARAMS.len(), 37);
         for p in PARAMS {
             assert!(!p.unit.is_empty() && p.doc.len() > 20, "{}", p.name);
         }

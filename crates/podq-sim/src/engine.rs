@@ -9,7 +9,8 @@
 //! Scheduler model (non-strict workers, and every wake-up): a run queue per CPU; a
 //! woken thread goes to its hint CPU if idle, else an idle SMT sibling, else an idle
 //! CPU of the hint's LLC, else of the waker's LLC (wake-affine), else it queues on the
-//! hint CPU. A CPU that goes idle pulls a waiting thread from the nearest CPU (LLC,
+//! hint CPU; with `idle_scan_pct` set (0, off, in every profile) an LLC's scan covers
+//! only as many CPUs as its busy share leaves (the kernel's `SIS_UTIL`). A CPU that goes idle pulls a waiting thread from the nearest CPU (LLC,
 //! node, machine), but with `cache_hot` set (0, off, in every profile) not one that
 //! gave up a CPU less than that long ago unless it waits on a sibling (the kernel's
 //! `task_hot()`); every `balance_interval` waiting threads move to idle CPUs, hot or
@@ -141,6 +142,11 @@ pub struct Cpu {
     pub llc: Vec<usize>,
     /// Its node's CPUs, starting after itself.
     pub node_cpus: Vec<usize>,
+    /// How many CPUs of `llc` a wake-up's scan for an idle CPU looks at (the whole LLC
+    /// unless `idle_scan_pct` is set; updated at each periodic balance).
+    pub idle_scan: usize,
+    /// `busy_ns` at the last periodic balance.
+    pub busy_at_balance: Ns,
 }
 
 /// Cumulative counters, sampled at segment boundaries.
@@ -232,8 +238,10 @@ impl<'t> Sim<'t> {
                     since: 0,
                     node,
                     siblings,
+                    idle_scan: llc.len(),
                     llc,
                     node_cpus,
+                    busy_at_balance: 0,
                 }
             })
             .collect();
@@ -608,9 +616,14 @@ impl<'t> Sim<'t> {
         if ok(hint) {
             return hint;
         }
+        // The SMT siblings, then the LLC from the next CPU on, as far as the scan goes.
         let near = |of: usize| {
             let c = &self.cpus[of];
-            c.siblings.iter().chain(&c.llc).copied().find(|&x| ok(x))
+            c.siblings
+                .iter()
+                .chain(c.llc.iter().take(c.idle_scan))
+                .copied()
+                .find(|&x| ok(x))
         };
         if let Some(c) = near(hint) {
             return c;
@@ -684,6 +697,7 @@ impl<'t> Sim<'t> {
     /// Periodic balance: every waiting thread that an idle CPU may run moves to the
     /// nearest such CPU.
     pub fn on_balance(&mut self) {
+        self.update_idle_scan();
         if self.waiting > 0 {
             let busy: Vec<usize> = self
                 .topo
@@ -716,6 +730,30 @@ impl<'t> Sim<'t> {
         self.reap();
         let next = self.now + self.cost.balance_interval.round() as Ns;
         self.events.push(next, Event::Balance);
+    }
+
+    /// Sets each CPU's wake-up scan depth from its LLC's busy share since the last
+    /// balance (the kernel's `SIS_UTIL`): `idle_scan_pct` 0 leaves every scan whole.
+    fn update_idle_scan(&mut self) {
+        let pct = self.cost.idle_scan_pct;
+        let interval = self.cost.balance_interval;
+        let usable: Vec<usize> = self.topo.usable().iter().collect();
+        let busy: Vec<(usize, Ns)> = usable.iter().map(|&c| (c, self.busy_ns(c))).collect();
+        if pct > 0.0 {
+            for &c in &usable {
+                let cpu = &self.cpus[c];
+                let llc = cpu.llc.len() + 1;
+                let since = |x: usize| self.busy_ns(x) - self.cpus[x].busy_at_balance;
+                let sum: Ns = since(c) + cpu.llc.iter().map(|&x| since(x)).sum::<Ns>();
+                let util = sum as f64 / (llc as f64 * interval);
+                let scan = llc as f64 * (1.0 - (util * pct / 100.0).powi(2));
+                // The CPUs after `c`: the scan never counts the one it starts from.
+                self.cpus[c].idle_scan = (scan.max(0.0) as usize).min(llc - 1);
+            }
+        }
+        for (c, b) in busy {
+            self.cpus[c].busy_at_balance = b;
+        }
     }
 
     /// Removes a waiting or blocked thread for good (a reaped worker).
@@ -871,5 +909,53 @@ mod tests {
         assert_eq!(waiting_thread_after_newidle("1s2c1t", 500_000.0), (0, 0));
         assert_eq!(waiting_thread_after_newidle("1s2c1t", 20_000.0), (1, 1));
         assert_eq!(waiting_thread_after_newidle("1s1c2t", 500_000.0), (1, 1));
+    }
+
+    /// Four one-CPU cores of one LLC, `busy` of them computing through the first 1 ms
+    /// balance interval, with the scan limited by `pct`: each CPU's scan depth after
+    /// that balance, and where a thread woken towards busy CPU 0 lands.
+    fn scan_after_busy_interval(busy: usize, pct: f64) -> (Vec<usize>, usize) {
+        let topo = Topology::synthetic("1s4c1t").unwrap();
+        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
+        cost.jitter = 0.0;
+        cost.balance_interval = 1_000_000.0;
+        cost.idle_scan_pct = pct;
+        let world = World::new(Workload::Queue {
+            producer_cpus: vec![0],
+            item_ns: 0,
+        });
+        let mut sim = Sim::new(&topo, cost, 1, world);
+        for cpu in 0..busy {
+            let t = sim.spawn(
+                Role::Producer(cpu),
+                CpuSet::single(cpu),
+                cpu,
+                vec![Op::Compute(5_000_000.0), Op::Block],
+            );
+            sim.wake(t, cpu, cpu, None);
+        }
+        drain(&mut sim, 1_000_000);
+        sim.now = 1_000_000;
+        sim.on_balance();
+        let woken = sim.spawn(
+            Role::Producer(busy),
+            CpuSet::from_iter(0..4),
+            0,
+            vec![Op::Block],
+        );
+        let scans = (0..4).map(|c| sim.cpus[c].idle_scan).collect();
+        (scans, sim.select_cpu(woken, 0, 0, None))
+    }
+
+    /// The scan covers 4 × (1 − (u × 1.17)²) CPUs after the one it starts from: all three
+    /// at u = 0.25 (3.65), two at u = 0.5 (2.63), none at u = 0.75 (0.92 → 0), when a
+    /// wake-up towards busy CPU 0 stays there though CPU 3 idles; without the limit it
+    /// finds CPU 3.
+    #[test]
+    fn a_busy_llc_limits_the_wake_up_scan_for_an_idle_cpu() {
+        assert_eq!(scan_after_busy_interval(1, 117.0).0, vec![3; 4]);
+        assert_eq!(scan_after_busy_interval(2, 117.0), (vec![2; 4], 2));
+        assert_eq!(scan_after_busy_interval(3, 117.0), (vec![0; 4], 0));
+        assert_eq!(scan_after_busy_interval(3, 0.0), (vec![3; 4], 3));
     }
 }
