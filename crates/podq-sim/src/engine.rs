@@ -10,12 +10,12 @@
 //! woken thread goes to its hint CPU if idle, else an idle SMT sibling, else an idle
 //! CPU of the hint's LLC, else of the waker's LLC (wake-affine), else it queues on the
 //! hint CPU; with `idle_scan_pct` set (0, off, in every profile) an LLC's scan covers
-//! only as many CPUs as its busy share leaves (the kernel's `SIS_UTIL`). A CPU that goes idle pulls a waiting thread from the nearest CPU (LLC,
-//! node, machine), but with `cache_hot` set (0, off, in every profile) not one that
-//! gave up a CPU less than that long ago unless it waits on a sibling (the kernel's
-//! `task_hot()`); every `balance_interval` waiting threads move to idle CPUs, hot or
-//! not (the kernel's periodic balance moves hot tasks once its attempts have failed,
-//! `cache_nice_tries`). A
+//! only as many CPUs as its busy share leaves (the kernel's `SIS_UTIL`). A CPU that
+//! goes idle pulls a waiting thread from the nearest CPU (LLC, node, machine), but with
+//! `cache_hot` set (0, off, in every profile) not one that gave up a CPU less than that
+//! long ago unless it waits on a sibling (the kernel's `task_hot()`); every
+//! `balance_interval` waiting threads move to idle CPUs, hot or not (the kernel's
+//! periodic balance moves hot tasks once its attempts have failed, `cache_nice_tries`). A
 //! thread waits behind a running one until that one blocks or has run one `slice`,
 //! except a high-priority thread (a `WQ_HIGHPRI` kworker's nice -20: EEVDF gives it the
 //! earlier deadline), which preempts a computing normal thread at once and queues ahead
@@ -736,23 +736,26 @@ impl<'t> Sim<'t> {
     /// balance (the kernel's `SIS_UTIL`): `idle_scan_pct` 0 leaves every scan whole.
     fn update_idle_scan(&mut self) {
         let pct = self.cost.idle_scan_pct;
-        let interval = self.cost.balance_interval;
-        let usable: Vec<usize> = self.topo.usable().iter().collect();
-        let busy: Vec<(usize, Ns)> = usable.iter().map(|&c| (c, self.busy_ns(c))).collect();
-        if pct > 0.0 {
-            for &c in &usable {
-                let cpu = &self.cpus[c];
-                let llc = cpu.llc.len() + 1;
-                let since = |x: usize| self.busy_ns(x) - self.cpus[x].busy_at_balance;
-                let sum: Ns = since(c) + cpu.llc.iter().map(|&x| since(x)).sum::<Ns>();
-                let util = sum as f64 / (llc as f64 * interval);
-                let scan = llc as f64 * (1.0 - (util * pct / 100.0).powi(2));
-                // The CPUs after `c`: the scan never counts the one it starts from.
-                self.cpus[c].idle_scan = (scan.max(0.0) as usize).min(llc - 1);
-            }
+        if pct <= 0.0 {
+            return;
         }
-        for (c, b) in busy {
-            self.cpus[c].busy_at_balance = b;
+        let usable: Vec<usize> = self.topo.usable().iter().collect();
+        // Busy time since the last balance, by CPU number.
+        let mut since = vec![0; self.cpus.len()];
+        for &c in &usable {
+            since[c] = self.busy_ns(c) - self.cpus[c].busy_at_balance;
+        }
+        for &c in &usable {
+            let cpu = &self.cpus[c];
+            let llc = cpu.llc.len() + 1;
+            let sum: Ns = since[c] + cpu.llc.iter().map(|&x| since[x]).sum::<Ns>();
+            let util = sum as f64 / (llc as f64 * self.cost.balance_interval);
+            let scan = llc as f64 * (1.0 - (util * pct / 100.0).powi(2));
+            // The CPUs after `c`: the scan never counts the one it starts from.
+            self.cpus[c].idle_scan = (scan.max(0.0) as usize).min(llc - 1);
+        }
+        for &c in &usable {
+            self.cpus[c].busy_at_balance = self.busy_ns(c);
         }
     }
 
