@@ -797,16 +797,23 @@ mod tests {
         }
     }
 
-    /// A simulator on `topo` with two producer threads pinned to CPU 0, the first
-    /// computing 10 us and the second 1 us before they block; returns it and their ids.
-    fn two_threads_on_one_cpu(topo: &Topology) -> (Sim<'_>, Tid, Tid) {
+    /// A simulator on `topo` with `xeon-12c`'s costs, no jitter and `tune` applied,
+    /// and a world with nothing queued.
+    fn quiet_sim(topo: &Topology, tune: impl FnOnce(&mut CostParams)) -> Sim<'_> {
         let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
         cost.jitter = 0.0;
+        tune(&mut cost);
         let world = World::new(Workload::Queue {
             producer_cpus: vec![0],
             item_ns: 0,
         });
-        let mut sim = Sim::new(topo, cost, 1, world);
+        Sim::new(topo, cost, 1, world)
+    }
+
+    /// A simulator on `topo` with two producer threads pinned to CPU 0, the first
+    /// computing 10 us and the second 1 us before they block; returns it and their ids.
+    fn two_threads_on_one_cpu(topo: &Topology) -> (Sim<'_>, Tid, Tid) {
+        let mut sim = quiet_sim(topo, |_| {});
         let one = CpuSet::single(0);
         let first = sim.spawn(
             Role::Producer(0),
@@ -866,14 +873,7 @@ mod tests {
     /// CPU 1 goes idle at about 58 us. Returns its last CPU and the migrations counted.
     fn waiting_thread_after_newidle(shape: &str, cache_hot: f64) -> (usize, u64) {
         let topo = Topology::synthetic(shape).unwrap();
-        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
-        cost.jitter = 0.0;
-        cost.cache_hot = cache_hot;
-        let world = World::new(Workload::Queue {
-            producer_cpus: vec![0],
-            item_ns: 0,
-        });
-        let mut sim = Sim::new(&topo, cost, 1, world);
+        let mut sim = quiet_sim(&topo, |c| c.cache_hot = cache_hot);
         let both = CpuSet::from_iter([0, 1]);
         let waiting = sim.spawn(
             Role::Producer(0),
@@ -919,15 +919,10 @@ mod tests {
     /// that balance, and where a thread woken towards busy CPU 0 lands.
     fn scan_after_busy_interval(busy: usize, pct: f64) -> (Vec<usize>, usize) {
         let topo = Topology::synthetic("1s4c1t").unwrap();
-        let mut cost = crate::cost::machine("xeon-12c").unwrap().params;
-        cost.jitter = 0.0;
-        cost.balance_interval = 1_000_000.0;
-        cost.idle_scan_pct = pct;
-        let world = World::new(Workload::Queue {
-            producer_cpus: vec![0],
-            item_ns: 0,
+        let mut sim = quiet_sim(&topo, |c| {
+            c.balance_interval = 1_000_000.0;
+            c.idle_scan_pct = pct;
         });
-        let mut sim = Sim::new(&topo, cost, 1, world);
         for cpu in 0..busy {
             let t = sim.spawn(
                 Role::Producer(cpu),

@@ -269,37 +269,53 @@ impl System for ChannelPool {
         single_config()
     }
     fn new_queue(&self, _: &str, _: QueueConfig) -> Result<Arc<dyn Queue>> {
-        Ok(Arc::new(ChannelQueue(self.sender())))
+        Ok(Arc::new(SenderQueue(self.sender())))
     }
 }
 
-struct ChannelQueue(Sender<Job>);
+/// A peer's queue: the sending end of its pool's channel (crossbeam's or std's).
+struct SenderQueue<S>(S);
 
-impl Queue for ChannelQueue {
+/// The send both channel pools' queues need.
+trait JobSender: Clone + Send + Sync + 'static {
+    fn send_job(&self, job: Job);
+}
+
+impl JobSender for Sender<Job> {
+    fn send_job(&self, job: Job) {
+        self.send(job)
+            .expect("pool workers outlive the queues that feed them");
+    }
+}
+
+impl JobSender for mpsc::Sender<Job> {
+    fn send_job(&self, job: Job) {
+        self.send(job)
+            .expect("pool workers outlive the queues that feed them");
+    }
+}
+
+impl<S: JobSender> Queue for SenderQueue<S> {
     fn prepare(&self, task: Task) -> Box<dyn Item> {
-        Box::new(ChannelItem {
+        Box::new(SenderItem {
             sender: self.0.clone(),
             task,
         })
     }
 
     fn spawn_tiny(&self, seq: u64) {
-        self.0
-            .send(Job::Once(Box::new(move || tiny(seq))))
-            .expect("pool workers outlive the queues that feed them");
+        self.0.send_job(Job::Once(Box::new(move || tiny(seq))));
     }
 }
 
-struct ChannelItem {
-    sender: Sender<Job>,
+struct SenderItem<S> {
+    sender: S,
     task: Task,
 }
 
-impl Item for ChannelItem {
+impl<S: JobSender> Item for SenderItem<S> {
     fn submit(&self) -> bool {
-        self.sender
-            .send(Job::Shared(Arc::clone(&self.task)))
-            .expect("pool workers outlive the queues that feed them");
+        self.sender.send_job(Job::Shared(Arc::clone(&self.task)));
         true
     }
 }
@@ -364,38 +380,7 @@ impl System for MpscPool {
             .expect("no task panics")
             .clone()
             .context("the std-mpsc pool is shut down")?;
-        Ok(Arc::new(MpscQueue(sender)))
-    }
-}
-
-struct MpscQueue(mpsc::Sender<Job>);
-
-impl Queue for MpscQueue {
-    fn prepare(&self, task: Task) -> Box<dyn Item> {
-        Box::new(MpscItem {
-            sender: self.0.clone(),
-            task,
-        })
-    }
-
-    fn spawn_tiny(&self, seq: u64) {
-        self.0
-            .send(Job::Once(Box::new(move || tiny(seq))))
-            .expect("pool workers outlive the queues that feed them");
-    }
-}
-
-struct MpscItem {
-    sender: mpsc::Sender<Job>,
-    task: Task,
-}
-
-impl Item for MpscItem {
-    fn submit(&self) -> bool {
-        self.sender
-            .send(Job::Shared(Arc::clone(&self.task)))
-            .expect("pool workers outlive the queues that feed them");
-        true
+        Ok(Arc::new(SenderQueue(sender)))
     }
 }
 
