@@ -118,6 +118,41 @@ fn the_ring_model_is_chosen_and_recorded() {
 }
 
 #[test]
+fn the_worker_cap_is_chosen_and_recorded() {
+    let run = |cap: &str| {
+        let out = podq(&[
+            "sim",
+            "completion",
+            "--cq",
+            "8",
+            "--scopes",
+            "smt",
+            "--strict",
+            "off",
+            "--duration",
+            "2ms",
+            "--warmup",
+            "500us",
+            "--worker-cap",
+            cap,
+            "--json",
+            "-",
+            "-q",
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let (podq_cap, kernel) = (run("pod-cpus"), run("unlimited"));
+    assert_eq!(podq_cap["settings"]["worker_cap"], "pod-cpus");
+    assert_eq!(kernel["settings"]["worker_cap"], "unlimited");
+    let created = |json: &serde_json::Value| json["results"][0]["sim"]["workers_created"].as_u64();
+    assert!(created(&kernel) > created(&podq_cap), "{kernel} {podq_cap}");
+    let bad = podq(&["sim", "queue", "--worker-cap", "none"]);
+    assert_eq!(bad.status.code(), Some(2));
+    assert!(stderr(&bad).contains("none"), "{}", stderr(&bad));
+}
+
+#[test]
 fn ladder_prints_queue_and_latency_tables() {
     let out = podq(&[
         "sim",

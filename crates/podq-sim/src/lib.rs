@@ -57,7 +57,8 @@ pub use cost::{CostError, CostParams, Machine};
 pub use lock::LockCounts;
 pub use slab::AllocCounts;
 pub use workload::{
-    CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, Worklist, Workload, DEFAULT_IO_BYTES,
+    CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, WorkerCap, Worklist, Workload,
+    DEFAULT_IO_BYTES,
 };
 
 use engine::{Counters, Role, Sim};
@@ -265,12 +266,13 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         sim.events.push(controller.window_ns(), Event::Auto);
         auto = Some(controller);
     }
-    let worklist = queue.worklist;
+    let (worklist, worker_cap) = (queue.worklist, queue.worker_cap);
     sim.new_wq(queue);
     if let Workload::Completion(_) = spec.workload {
         // nfsiod keeps the default scope, as in the experiments where only rpciod changed.
         sim.new_wq(QueueSpec {
             worklist,
+            worker_cap,
             ..QueueSpec::new("nfsiod", Scope::BUILTIN_DEFAULT, false)
         });
     }

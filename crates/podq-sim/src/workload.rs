@@ -22,6 +22,21 @@ pub struct QueueSpec {
     pub auto: crate::auto::AutoSpec,
     /// How its pools' worklists are shared between queuers and workers.
     pub worklist: Worklist,
+    /// How many of a pool's workers may run at once.
+    pub worker_cap: WorkerCap,
+}
+
+/// How many of a pool's workers may run at once: podq's rule or the kernel's.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WorkerCap {
+    /// podq's runtime: one per CPU of the pod (`podq_policy::PoolKey::concurrency`),
+    /// a worker preempted on its CPU still counted (the runtime cannot see it).
+    #[default]
+    PodCpus,
+    /// The kernel's unbound pools: no limit on running workers, so every queued item
+    /// finds one woken or created for it, up to `podq_policy::POOL_MAX_WORKERS`
+    /// threads a pool (the kernel has no such limit; `max_active` bounds both).
+    Unlimited,
 }
 
 /// How a pool's worklist is shared between the CPUs that queue onto it and its
@@ -54,6 +69,7 @@ impl QueueSpec {
             ordered: false,
             auto: crate::auto::AutoSpec::default(),
             worklist: Worklist::Locked,
+            worker_cap: WorkerCap::PodCpus,
         }
     }
 }

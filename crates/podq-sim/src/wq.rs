@@ -17,7 +17,7 @@ use crate::engine::{Op, Role, Sim, Tid};
 use crate::events::Ns;
 use crate::lock::Side;
 use crate::programs::{Act, Item};
-use crate::workload::{QueueSpec, Worklist};
+use crate::workload::{QueueSpec, WorkerCap, Worklist};
 
 /// A per-node (or fallback) active-item counter of one workqueue.
 pub struct NodeSlot {
@@ -76,6 +76,8 @@ pub struct Pool {
     pub lock: usize,
     /// The lock its workers take: `lock` itself, or the ring's head line.
     pub take_lock: usize,
+    /// How many of its workers may run at once ([`WorkerCap`]): `kick`'s concurrency.
+    pub running_cap: usize,
     /// Its workers take their share of the waiting items per acquisition
     /// (`batch_take`, the runtime's), not one (the kernel's).
     pub batches: bool,
@@ -153,11 +155,14 @@ impl Sim<'_> {
             .expect("a concrete scope of a valid topology has pods");
         let effective = self.world.wqs[wq].unbound.clone();
         let nodes = self.topo.nodes();
-        let worklist = self.world.wqs[wq].spec.worklist;
+        let (worklist, worker_cap) = {
+            let spec = &self.world.wqs[wq].spec;
+            (spec.worklist, spec.worker_cap)
+        };
         let mut pod_pwq = Vec::with_capacity(layout.len());
         for pod in &layout.pod_cpus {
             let mask = pod_cpumask(pod, &effective);
-            let pool = self.pool_for(mask.clone(), strict, &effective, worklist);
+            let pool = self.pool_for(mask.clone(), strict, &effective, worklist, worker_cap);
             let slot = pool_node(&mask, |c| self.topo.node_of(c))
                 .and_then(|n| nodes.iter().position(|&x| x == n))
                 .unwrap_or(nodes.len());
@@ -189,6 +194,7 @@ impl Sim<'_> {
         strict: bool,
         effective: &CpuSet,
         worklist: Worklist,
+        worker_cap: WorkerCap,
     ) -> usize {
         let attrs = PoolAttrs {
             topology: 0,
@@ -209,7 +215,12 @@ impl Sim<'_> {
             lock
         };
         let allowed = key.allowed_cpus().clone();
+        let running_cap = match worker_cap {
+            WorkerCap::PodCpus => key.concurrency(),
+            WorkerCap::Unlimited => usize::MAX,
+        };
         self.world.pools.push(Pool {
+            running_cap,
             key,
             pod,
             strict,
@@ -352,7 +363,7 @@ impl Sim<'_> {
             idle: p.idle.len(),
             running: p.nr_running,
             workers: p.nr_workers,
-            concurrency: p.key.concurrency(),
+            concurrency: p.running_cap,
             spinning: p.nr_spinning,
         }
     }

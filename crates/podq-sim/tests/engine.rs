@@ -3,7 +3,7 @@
 
 use podq_sim::{
     cost, simulate, CompletionSpec, QueueSpec, RemoteFree, RunLength, RunSpec, SimError, SimOutput,
-    Worklist, Workload,
+    WorkerCap, Worklist, Workload,
 };
 use podq_topology::{Scope, Topology};
 
@@ -237,6 +237,33 @@ fn completion_runs_both_stages_of_every_io() {
     assert!((2 * 160..=2 * 160 + 2 * 32).contains(&ran), "{ran}");
     let a = s.alloc.counts;
     assert!(a.fast_allocs + a.slow_allocs >= 2 * 160);
+}
+
+/// Under podq's cap a worker preempted by a high-priority CQ still counts as running, so
+/// its pod's next items wait for it; the kernel's pools (`WorkerCap::Unlimited`) start
+/// another worker for them. Both run every I/O's two stages.
+#[test]
+fn without_the_cap_preempted_workers_get_company() {
+    let (topo, params) = machine("xeon-2s24c");
+    let workers = |cap: WorkerCap| {
+        let mut queue = QueueSpec::new("rpciod", Scope::Smt, false);
+        queue.worker_cap = cap;
+        let spec = RunSpec {
+            workload: completion((0..8).collect()),
+            queue,
+            length: RunLength::Items(50),
+            warmup: 0,
+            seed: 1,
+        };
+        let s = &run(&topo, &params, &spec).segments[0];
+        assert_eq!(s.items, 8 * 50);
+        s.counters.workers_created
+    };
+    let (capped, unlimited) = (workers(WorkerCap::PodCpus), workers(WorkerCap::Unlimited));
+    assert!(
+        unlimited > capped,
+        "created {unlimited} without the cap, {capped} with it"
+    );
 }
 
 #[test]

@@ -62,6 +62,24 @@ impl From<WorklistArg> for podq_sim::Worklist {
     }
 }
 
+/// `--worker-cap`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum WorkerCapArg {
+    /// podq's runtime: one running worker per pod CPU.
+    PodCpus,
+    /// The kernel's unbound pools: a worker for every queued item.
+    Unlimited,
+}
+
+impl From<WorkerCapArg> for podq_sim::WorkerCap {
+    fn from(arg: WorkerCapArg) -> Self {
+        match arg {
+            WorkerCapArg::PodCpus => podq_sim::WorkerCap::PodCpus,
+            WorkerCapArg::Unlimited => podq_sim::WorkerCap::Unlimited,
+        }
+    }
+}
+
 /// `--remote-free`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum RemoteFreeArg {
@@ -183,6 +201,12 @@ pub struct SimArgs {
     /// whose pools of several CPUs claim ring slots instead.
     #[arg(long, value_enum, default_value = "locked")]
     pub worklist: WorklistArg,
+    /// How many of a pool's workers may run at once: `pod-cpus`, podq's runtime (one per
+    /// CPU of the pod, a preempted one still counted); `unlimited`, the kernel's unbound
+    /// pools, where every queued item gets a worker woken or created for it (up to 512
+    /// threads a pool).
+    #[arg(long, value_enum, default_value = "pod-cpus")]
+    pub worker_cap: WorkerCapArg,
     /// Random seed: the same inputs and seed give the same results.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -466,6 +490,7 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
                     args.seed,
                 );
                 spec.queue.worklist = args.worklist.into();
+                spec.queue.worker_cap = args.worker_cap.into();
                 out.push(Case { spec });
             }
         }

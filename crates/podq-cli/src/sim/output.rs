@@ -310,6 +310,8 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "remote_free": format!("{:?}", args.remote_free).to_lowercase(),
         "cq_priority": format!("{:?}", args.cq_priority).to_lowercase(),
         "worklist": format!("{:?}", args.worklist).to_lowercase(),
+        "worker_cap": clap::ValueEnum::to_possible_value(&args.worker_cap)
+            .map(|v| v.get_name().to_owned()),
         "item_work": d(args.item_work),
         "cq_work": d(args.cq_work),
         "rpciod_work": d(args.rpciod_work),
