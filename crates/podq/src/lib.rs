@@ -25,7 +25,9 @@
 //!   `min_active` above `max_active`, are refused instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
 //!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
-//!   see a worker sleep.
+//!   see a worker sleep, nor one preempted on its CPU, which still counts. `podq sim
+//!   --worker-cap unlimited` simulates the kernel's pools beside podq's (README, "What
+//!   it predicts for the NFS experiments").
 //! - Rescuers are opt-in per workqueue ([`WorkqueueBuilder::rescuer`]) and answer only
 //!   failed thread creation (there is no memory-reclaim context in user space); the
 //!   cooldown retry runs on one process-wide manager thread, not on a pool's worker.
