@@ -14,6 +14,19 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// `podq sim ARGS --json - -q`, which must succeed, as JSON.
+fn sim_json(args: &[&str]) -> serde_json::Value {
+    let args: Vec<&str> = ["sim"]
+        .iter()
+        .chain(args)
+        .chain(&["--json", "-", "-q"])
+        .copied()
+        .collect();
+    let out = podq(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Drops the `wall` objects: the only fields that differ between identical runs.
 fn without_wall(mut v: serde_json::Value) -> serde_json::Value {
     for r in v["results"].as_array_mut().unwrap() {
@@ -85,8 +98,7 @@ fn json_follows_the_bench_schema_and_is_reproducible() {
 #[test]
 fn the_ring_model_is_chosen_and_recorded() {
     let run = |worklist: &str| {
-        let out = podq(&[
-            "sim",
+        sim_json(&[
             "queue",
             "--machine",
             "grace-72c",
@@ -100,12 +112,7 @@ fn the_ring_model_is_chosen_and_recorded() {
             "200us",
             "--worklist",
             worklist,
-            "--json",
-            "-",
-            "-q",
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        ])
     };
     let (locked, ring) = (run("locked"), run("ring"));
     assert_eq!(locked["settings"]["worklist"], "locked");
@@ -120,8 +127,7 @@ fn the_ring_model_is_chosen_and_recorded() {
 #[test]
 fn the_worker_cap_is_chosen_and_recorded() {
     let run = |cap: &str| {
-        let out = podq(&[
-            "sim",
+        sim_json(&[
             "completion",
             "--cq",
             "8",
@@ -135,12 +141,7 @@ fn the_worker_cap_is_chosen_and_recorded() {
             "500us",
             "--worker-cap",
             cap,
-            "--json",
-            "-",
-            "-q",
-        ]);
-        assert!(out.status.success(), "{}", stderr(&out));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        ])
     };
     let (podq_cap, kernel) = (run("pod-cpus"), run("unlimited"));
     assert_eq!(podq_cap["settings"]["worker_cap"], "pod-cpus");
