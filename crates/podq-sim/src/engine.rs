@@ -743,19 +743,29 @@ impl<'t> Sim<'t> {
         // Busy time since the last balance, by CPU number.
         let mut since = vec![0; self.cpus.len()];
         for &c in &usable {
-            since[c] = self.busy_ns(c) - self.cpus[c].busy_at_balance;
+            let busy = self.busy_ns(c);
+            since[c] = busy - self.cpus[c].busy_at_balance;
+            self.cpus[c].busy_at_balance = busy;
         }
+        // One depth per LLC, set on each of its CPUs.
+        let mut done = vec![false; self.cpus.len()];
         for &c in &usable {
-            let cpu = &self.cpus[c];
-            let llc = cpu.llc.len() + 1;
-            let sum: Ns = since[c] + cpu.llc.iter().map(|&x| since[x]).sum::<Ns>();
+            if done[c] {
+                continue;
+            }
+            let members: Vec<usize> = std::iter::once(c)
+                .chain(self.cpus[c].llc.iter().copied())
+                .collect();
+            let llc = members.len();
+            let sum: Ns = members.iter().map(|&x| since[x]).sum();
             let util = sum as f64 / (llc as f64 * self.cost.balance_interval);
             let scan = llc as f64 * (1.0 - (util * pct / 100.0).powi(2));
-            // The CPUs after `c`: the scan never counts the one it starts from.
-            self.cpus[c].idle_scan = (scan.max(0.0) as usize).min(llc - 1);
-        }
-        for &c in &usable {
-            self.cpus[c].busy_at_balance = self.busy_ns(c);
+            // The CPUs after the one a scan starts from, which it never counts.
+            let depth = (scan.max(0.0) as usize).min(llc - 1);
+            for x in members {
+                self.cpus[x].idle_scan = depth;
+                done[x] = true;
+            }
         }
     }
 
