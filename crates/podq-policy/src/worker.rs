@@ -20,6 +20,38 @@ pub const MAX_IDLE_WORKERS_RATIO: usize = 4;
 /// storm of blocking items cannot exhaust the process's threads.
 pub const POOL_MAX_WORKERS: usize = 512;
 
+/// The kernel's `wq_cpu_intensive_thresh_us` default: a worker that has run one item
+/// this long stops counting towards its pool's running workers ([`cpu_intensive`]).
+pub const CPU_INTENSIVE_THRESHOLD: Duration = Duration::from_millis(10);
+
+/// Whether a worker that has run one item for `ran` stops counting towards its pool's
+/// running workers, so that the pool may wake or start another for the items waiting
+/// behind it (`threshold`: [`CPU_INTENSIVE_THRESHOLD`] by default, `None`: never).
+///
+/// The kernel marks such a worker `WORKER_CPU_INTENSIVE` from the scheduler tick on
+/// per-CPU pools; its unbound pools need no such rule, as they run a worker for every
+/// item the scheduler sees waiting. podq caps running workers at one per pod CPU and
+/// cannot see a worker sleep or spin, so one long item (computing, or waiting outside
+/// `podq::blocking`) would hold its pod's only slot for its whole run; this rule gives
+/// the slot back after `threshold`.
+pub fn cpu_intensive(ran: Duration, threshold: Option<Duration>) -> bool {
+    threshold.is_some_and(|t| ran >= t)
+}
+
+/// How often the runtime looks for items that ran past `threshold` while any worker
+/// runs one: half of it, so a long item leaves the count between one and one and a
+/// half thresholds after it started (at least 1 ms apart).
+pub fn cpu_intensive_look_period(threshold: Duration) -> Duration {
+    (threshold / 2).max(Duration::from_millis(1))
+}
+
+/// How long no worker may start an item before the runtime stops looking for long ones
+/// at [`cpu_intensive_look_period`] and looks only as often as its stall watchdog; a
+/// worker woken from idle then wakes it. Long enough that a steady stream of items
+/// (one per millisecond, say) never pays for that wake-up; short enough that an idle
+/// process does not wake every few milliseconds for long.
+pub const CPU_INTENSIVE_DOZE_AFTER: Duration = Duration::from_millis(100);
+
 /// How long a worker that found the worklist empty polls it before going idle (see
 /// [`kick`]). Short enough that an idle pool costs next to nothing; long enough to
 /// cover a producer's turnaround between two items.
@@ -215,6 +247,22 @@ mod tests {
 
     fn set(cpus: &[usize]) -> CpuSet {
         cpus.iter().copied().collect()
+    }
+
+    #[test]
+    fn a_long_item_leaves_the_count_at_its_threshold_and_never_without_one() {
+        let t = Some(CPU_INTENSIVE_THRESHOLD);
+        assert!(!cpu_intensive(Duration::from_micros(9_999), t));
+        assert!(cpu_intensive(Duration::from_millis(10), t));
+        assert!(!cpu_intensive(Duration::from_secs(3600), None));
+        assert_eq!(
+            cpu_intensive_look_period(CPU_INTENSIVE_THRESHOLD),
+            Duration::from_millis(5)
+        );
+        assert_eq!(
+            cpu_intensive_look_period(Duration::from_millis(1)),
+            Duration::from_millis(1)
+        );
     }
 
     #[test]

@@ -9,7 +9,10 @@
 //!
 //! The word's protocol (one writer, any readers): see `Beat::word`. Its loom model,
 //! `loom_a_look_sees_its_runs_ids`, runs the real `Beat` methods through the `sync`
-//! facade.
+//! facade. A pool worker's beat also says whether the worker counts in its pool's
+//! running workers (`Beat::standing`): the watchdog takes a worker that runs one item
+//! too long out of that count (`pool/intensive.rs`, whose README gives the protocol;
+//! loom model `loom_a_demotion_is_undone_once`).
 //!
 //! Legend: A atomic (ordering and pair named at each field); W thread-private;
 //! G guarded by `BEATS` (a leaf lock); BL guarded by `Beat::label` (a leaf lock, taken
@@ -21,7 +24,9 @@ use std::sync::{Arc, Weak};
 use crate::sync::unmodelled::Mutex;
 
 use crate::sync::lock_std as lock;
-use crate::sync::{AtomicU64, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use crate::sync::{
+    AtomicU64, Ordering::AcqRel, Ordering::Acquire, Ordering::Relaxed, Ordering::Release,
+};
 
 /// One thread's current item.
 pub(crate) struct Beat {
@@ -35,11 +40,25 @@ pub(crate) struct Beat {
     wq: AtomicU64,
     /// A: the id of the pool whose worker runs it (written before `word`, `Relaxed`).
     pool: AtomicU64,
+    /// A: a pool worker's standing in its pool's count of running workers
+    /// (`pool/intensive.rs`): [`COUNTED`]; the odd word of a run the watchdog took out
+    /// of the count (a *demotion*), until someone undoes it; or [`IN_BLOCKING`] (not
+    /// counted, and not to be demoted). Written under the worker's pool lock, except
+    /// the worker's own undo at the end of a run (a CAS from a run's word to
+    /// `COUNTED`): every change is a CAS or a swap, so of the worker and the watchdog
+    /// exactly one undoes a demotion. Always `COUNTED` for other threads.
+    standing: AtomicU64,
     /// BL: the running item's label, if it has one.
     label: Mutex<Option<Arc<str>>>,
     /// I: the thread's name.
     pub(crate) thread: String,
 }
+
+/// [`Beat::standing`]: the worker counts as running whenever it runs.
+pub(crate) const COUNTED: u64 = 0;
+/// [`Beat::standing`]: the worker is in a `blocking` section (even, so never a run's
+/// word).
+pub(crate) const IN_BLOCKING: u64 = 2;
 
 thread_local! {
     /// W: this thread's beat, made when it starts its first item; owns it.
@@ -71,6 +90,7 @@ impl Beat {
             word: AtomicU64::new(0),
             wq: AtomicU64::new(0),
             pool: AtomicU64::new(0),
+            standing: AtomicU64::new(COUNTED),
             label: Mutex::new(None),
             thread,
         }
@@ -87,12 +107,59 @@ impl Beat {
         self.word.store(next, Release);
     }
 
-    /// Its thread's item ended.
+    /// Its thread's item ended. Returns whether the thread stands demoted (its pool
+    /// should count it again: [`Beat::undo_demotion`]); a demotion stored at the same
+    /// moment may be missed, and the watchdog undoes it later (`pool/intensive.rs`).
     #[inline]
-    fn end(&self) {
+    fn end(&self) -> bool {
         let word = self.word.load(Relaxed);
         // Even, and one further: the next run's word differs from this one's.
         self.word.store(word + (word & 1), Release);
+        self.standing.load(Relaxed) & 1 == 1
+    }
+
+    /// Watchdog, under the worker's pool lock: takes run `word` out of the count if it
+    /// is still running and the worker counts. Returns whether it did (the caller then
+    /// drops the worker from its pool's running count).
+    pub(crate) fn demote(&self, word: u64) -> bool {
+        // Acquire: pairs with the Release store of `word`, as in `read`.
+        self.word.load(Acquire) == word
+            && word & 1 == 1
+            && self
+                .standing
+                .compare_exchange(COUNTED, word, AcqRel, Relaxed)
+                .is_ok()
+    }
+
+    /// Undoes the demotion in force, if any (with `only_if_ended`, only once its run
+    /// ended). Returns whether it did (the caller then counts the worker again). The
+    /// worker undoes its own at any time; the watchdog one whose run ended, which the
+    /// worker missed.
+    pub(crate) fn undo_demotion(&self, only_if_ended: bool) -> bool {
+        let standing = self.standing.load(Acquire);
+        standing & 1 == 1
+            && !(only_if_ended && self.word.load(Acquire) == standing)
+            && self
+                .standing
+                .compare_exchange(standing, COUNTED, AcqRel, Relaxed)
+                .is_ok()
+    }
+
+    /// Its worker enters a `blocking` section (under its pool lock). Returns whether it
+    /// stood demoted, so already out of the count.
+    pub(crate) fn enter_blocking(&self) -> bool {
+        self.standing.swap(IN_BLOCKING, AcqRel) & 1 == 1
+    }
+
+    /// Its worker leaves its `blocking` section (under its pool lock) and counts again.
+    pub(crate) fn leave_blocking(&self) {
+        self.standing.store(COUNTED, Release);
+    }
+
+    /// The word of its run and its standing, as the watchdog sees them.
+    pub(crate) fn standing(&self) -> (u64, u64) {
+        let word = self.word.load(Acquire);
+        (word, self.standing.load(Acquire))
     }
 
     /// The word, then the ids of the run it names (or of a later run).
@@ -109,10 +176,34 @@ pub(crate) fn start(wq: u64, pool: u64) {
     mine().start(wq, pool);
 }
 
-/// The calling thread's item ended.
+/// The calling thread's item ended. Returns whether the thread, a pool worker, stands
+/// demoted (`Beat::end`).
 #[inline]
-pub(crate) fn end() {
-    mine().end();
+pub(crate) fn end() -> bool {
+    mine().end()
+}
+
+/// The calling worker counts again if it stood demoted (under its pool lock); returns
+/// whether it did.
+pub(crate) fn undo_my_demotion() -> bool {
+    mine().undo_demotion(false)
+}
+
+/// The calling worker enters a `blocking` section (under its pool lock); returns
+/// whether it stood demoted ([`Beat::enter_blocking`]).
+pub(crate) fn enter_blocking() -> bool {
+    mine().enter_blocking()
+}
+
+/// The calling worker leaves its `blocking` section (under its pool lock).
+pub(crate) fn leave_blocking() {
+    mine().leave_blocking();
+}
+
+/// The calling thread's beat, kept by a pool worker to register it for demotions
+/// (`pool/intensive.rs`).
+pub(crate) fn my_beat() -> Arc<Beat> {
+    MINE.with(|m| m.borrow().clone()).unwrap_or_else(install)
 }
 
 /// Gives the calling thread's running item a label (`None`: clears it).
@@ -123,11 +214,16 @@ pub(crate) fn set_label(label: Option<&Arc<str>>) {
 /// Makes and registers the calling thread's beat.
 #[cold]
 fn first_beat() -> *const Beat {
+    // `MINE` keeps the beat alive for the rest of the thread's life.
+    Arc::as_ptr(&install())
+}
+
+/// Makes, registers and keeps the calling thread's beat.
+fn install() -> Arc<Beat> {
     let beat = register();
-    let ptr = Arc::as_ptr(&beat);
-    MINE.with(|m| *m.borrow_mut() = Some(beat));
-    MINE_PTR.with(|p| p.set(ptr));
-    ptr
+    MINE.with(|m| *m.borrow_mut() = Some(Arc::clone(&beat)));
+    MINE_PTR.with(|p| p.set(Arc::as_ptr(&beat)));
+    beat
 }
 
 fn register() -> Arc<Beat> {
@@ -230,8 +326,8 @@ mod tests {
 /// `RUSTFLAGS="--cfg loom" cargo test -p podq --release --lib loom`.
 #[cfg(all(test, loom))]
 mod loom_tests {
-    use super::Beat;
-    use loom::sync::Arc;
+    use super::{Beat, COUNTED};
+    use loom::sync::{Arc, Mutex};
 
     /// A worker runs two items (workqueue 1 on pool 10, then 2 on 20) while a reader
     /// looks twice. In every interleaving: the words it sees never go back; a look at
@@ -268,6 +364,95 @@ mod loom_tests {
             assert!(second.0 >= first.0, "the word went back");
             worker.join().unwrap();
             assert_eq!(beat.read(), (4, 2, 20));
+        });
+    }
+
+    /// The count of a pool's running workers, under its pool lock, as the runtime keeps
+    /// it (`Counts::running`, written under the pool lock).
+    type Running = Arc<Mutex<usize>>;
+
+    /// The worker's side after its run ended (`execute`, then `work_loop`'s step under
+    /// the pool lock before `go_idle`): undoes a demotion it sees, then goes idle,
+    /// leaving the count.
+    fn end_and_go_idle(beat: &Beat, running: &Running) {
+        if beat.end() {
+            let mut count = running.lock().unwrap();
+            if beat.undo_demotion(false) {
+                *count += 1;
+            }
+        }
+        let mut count = running.lock().unwrap();
+        if beat.undo_demotion(false) {
+            *count += 1;
+        }
+        assert!(*count >= 1, "the idle worker was not counted");
+        *count -= 1;
+    }
+
+    /// The watchdog's side (`pool/intensive.rs`): demotes run 1, then, at its next look,
+    /// undoes a demotion whose run ended, both under the pool lock.
+    fn demote_then_repair(beat: &Beat, running: &Running) {
+        {
+            let mut count = running.lock().unwrap();
+            if beat.demote(1) {
+                assert!(*count >= 1, "demoted a worker that was not counted");
+                *count -= 1;
+            }
+        }
+        let mut count = running.lock().unwrap();
+        if beat.undo_demotion(true) {
+            *count += 1;
+        }
+    }
+
+    /// Run 1 of a counted worker, which does `worker` (in its own thread) while the
+    /// watchdog demotes it and looks again; then the count is empty (the worker went
+    /// idle) and the worker stands counted normally.
+    fn against_the_watchdog(worker: impl FnOnce(&Beat, &Running) + Send + 'static) {
+        let beat = Arc::new(Beat::new("worker".into()));
+        let running: Running = Arc::new(Mutex::new(1));
+        beat.start(1, 10);
+        let thread = {
+            let (beat, running) = (beat.clone(), running.clone());
+            loom::thread::spawn(move || worker(&beat, &running))
+        };
+        demote_then_repair(&beat, &running);
+        thread.join().unwrap();
+        assert_eq!(*running.lock().unwrap(), 0);
+        assert_eq!(beat.standing(), (2, COUNTED));
+    }
+
+    /// A worker's run ends while the watchdog demotes it and looks again. In every
+    /// interleaving the count never goes below zero, the idle worker leaves it exactly
+    /// once, and the worker ends up counted normally: of the worker's undo and the
+    /// watchdog's repair, exactly one counts it again. It fails if the worker's undo at
+    /// its locked step is left out (the repair alone comes too late for `go_idle`) or
+    /// if either undo is not a compare-and-swap.
+    #[test]
+    fn loom_a_demotion_is_undone_once() {
+        loom::model(|| against_the_watchdog(end_and_go_idle));
+    }
+
+    /// The same with a `blocking` section inside the run (`PoolCore::enter_blocking`
+    /// and `leave_blocking`): a worker demoted before it blocks leaves the count once,
+    /// and one blocking is never demoted.
+    #[test]
+    fn loom_a_blocking_section_and_a_demotion_leave_the_count_once() {
+        loom::model(|| {
+            against_the_watchdog(|beat, running| {
+                {
+                    let mut count = running.lock().unwrap();
+                    if !beat.enter_blocking() {
+                        *count -= 1;
+                    }
+                }
+                {
+                    let mut count = running.lock().unwrap();
+                    beat.leave_blocking();
+                    *count += 1;
+                }
+                end_and_go_idle(beat, running);
+            });
         });
     }
 }

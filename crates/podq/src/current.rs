@@ -74,8 +74,19 @@ impl Running {
     }
 }
 
-impl Drop for Running {
+impl Running {
+    /// The run ended. Returns whether the thread, a pool worker, stands demoted
+    /// (`busy::end`).
     #[inline]
+    pub(crate) fn end(self) -> bool {
+        WQ.with(|c| c.set(self.previous));
+        std::mem::forget(self);
+        crate::busy::end()
+    }
+}
+
+impl Drop for Running {
+    /// Only if the run unwound past [`Running::end`].
     fn drop(&mut self) {
         WQ.with(|c| c.set(self.previous));
         crate::busy::end();

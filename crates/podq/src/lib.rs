@@ -24,10 +24,12 @@
 //!   silently widening to the global mask; `max_active` outside `1..=2048`, and
 //!   `min_active` above `max_active`, are refused instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
-//!   [`blocking`] sections, up to [`policy::POOL_MAX_WORKERS`] threads: user space cannot
-//!   see a worker sleep, nor one preempted on its CPU, which still counts. `podq sim
-//!   --worker-cap unlimited` simulates the kernel's pools beside podq's (README, "What
-//!   it predicts for the NFS experiments").
+//!   [`blocking`] sections and for items that run past the CPU-intensive threshold
+//!   (10 ms, [`watchdog::set_cpu_intensive_threshold`]; the kernel applies that rule to
+//!   its per-CPU pools only), up to [`policy::POOL_MAX_WORKERS`] threads: user space
+//!   cannot see a worker sleep, nor one preempted on its CPU, which still counts. `podq
+//!   sim --worker-cap unlimited` simulates the kernel's pools beside podq's (README,
+//!   "What it predicts for the NFS experiments").
 //! - Rescuers are opt-in per workqueue ([`WorkqueueBuilder::rescuer`]) and answer only
 //!   failed thread creation (there is no memory-reclaim context in user space); the
 //!   cooldown retry runs on one process-wide manager thread, not on a pool's worker.
@@ -45,9 +47,9 @@
 //! - Dropping a workqueue cancels (and counts) delayed items still on the timer; the
 //!   kernel leaves them to the caller.
 //! - The stall watchdog ([`watchdog`]) samples each worker's run counter instead of
-//!   stamping a time per item, and its long-item count only reports (the kernel's
-//!   CPU-intensive threshold also changes concurrency management); `panic_on_stall`
-//!   aborts the process.
+//!   stamping a time per item, and also applies the CPU-intensive rule, from its own
+//!   thread rather than the scheduler tick; its long-item count only reports;
+//!   `panic_on_stall` aborts the process.
 //! - [`Work::enable`] on an item that is not disabled, and [`Work::disable`] past 65535
 //!   levels, are errors (the kernel warns).
 //! - [`Workqueue::freeze`] freezes one workqueue (the kernel freezes every freezable
@@ -73,7 +75,7 @@
 //! | P | `Pwq::state` (the pwq lock) | `workqueue`, `workqueue::flush` |
 //! | N | `NodeActive::pending` | `workqueue` |
 //! | F | `FlushDomain::lock` | `workqueue::flush` |
-//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats) | `workqueue`, `busy` |
+//! | G | a process-wide registry's own mutex (live workqueues, pools by key, topology ids, worker beats, pool workers and the dozing watchdog for the CPU-intensive rule) | `workqueue`, `busy`, `pool::intensive` |
 //! | WD | the watchdog's own mutexes (`WqWatch::found`, its remembered state) | `watchdog` |
 //! | BL | a worker beat's label `Beat::label` | `busy` |
 //! | L | `PoolCore::state` (the pool lock) | `pool` |
@@ -106,7 +108,8 @@
 //!                                              └─→ cpu::REAL (usable CPUs)
 //! L pool ─→ B manager
 //! U rescuers ─→ Q maydays
-//! leaves: G live workqueues, G topology ids, G worker beats, BL beat labels, WD watchdog
+//! leaves: G live workqueues, G topology ids, G worker beats, G pool workers, G the
+//!         dozing watchdog, BL beat labels, WD watchdog
 //!         findings and state, J joins, R stats workers, X timer,
 //!         H handoff, C waiters, V a spawned item's waiter, E hooks, Y auto sampler,
 //!         `DelayedWork` target,

@@ -27,12 +27,14 @@ use crate::entry::Entry;
 use crate::sync::Ordering::SeqCst;
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, unmodelled, AtomicUsize, Mutex};
 
+mod intensive;
 mod rescue;
 mod ring;
 mod watch;
 mod worker;
 mod worklist;
 pub(crate) use crate::context::{current_wq, running_work};
+pub(crate) use intensive::{doze, wake_up as watcher_woke, LongRuns};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
 pub(crate) use worklist::Acquire;
 use worklist::Worklist;
@@ -403,6 +405,12 @@ impl PoolCore {
         (st.nr_workers, st.idle.len())
     }
 
+    /// Workers counted as running now (`Counts::running`).
+    pub(crate) fn running_workers(&self) -> usize {
+        let _st = lock(&self.state);
+        self.counts.running.load(SeqCst)
+    }
+
     /// The load under the pool lock ([`PoolState::load`]).
     fn load(&self, st: &PoolState) -> PoolLoad {
         st.load(&self.counts, &self.worklist, self.concurrency)
@@ -462,15 +470,22 @@ impl PoolCore {
         // items this worker finished before it.
         context::settle_completions();
         let mut st = lock(&self.state);
-        self.counts.running.fetch_sub(1, SeqCst);
+        // A worker the watchdog took out of the count for a long item is out already.
+        if !crate::busy::enter_blocking() {
+            self.counts.running.fetch_sub(1, SeqCst);
+        }
         let action = self.kick_locked(&mut st);
         drop(st);
         self.act(action);
     }
 
     fn leave_blocking(&self) {
-        let _st = lock(&self.state);
+        let st = lock(&self.state);
+        crate::busy::leave_blocking();
         self.counts.running.fetch_add(1, SeqCst);
+        drop(st);
+        // The item runs on, counted: the watchdog must look at it.
+        intensive::worker_active();
     }
 }
 

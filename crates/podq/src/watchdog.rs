@@ -9,7 +9,14 @@
 //!   `workqueue.watchdog_thresh`);
 //! - a **running stall**: one item running for the stall threshold;
 //! - a **long item**: one item running for the long-item threshold (default 1 s;
-//!   counted per workqueue, the first [`FIRST_LONG_ITEMS`] kept with their label).
+//!   counted per workqueue, the first [`FIRST_LONG_ITEMS`] kept with their label);
+//! - a **CPU-intensive item**: one item running on a pool worker for the CPU-intensive
+//!   threshold (default 10 ms, the kernel's `wq_cpu_intensive_thresh_us`): its worker
+//!   stops counting towards the pool's running workers, so that the pool may run
+//!   another for the items behind it ([`set_cpu_intensive_threshold`]). It looks for
+//!   these every half threshold while workers run items, and as rarely as for the
+//!   rest once no worker has started one for 100 ms (the next worker woken from idle
+//!   wakes it): `pool/README.md`, "Long items".
 //!
 //! Each stall is reported once (until the pool makes progress or the item ends) through
 //! the error hook ([`crate::set_error_hook`], [`Error::Stall`]) and counted in the
@@ -21,9 +28,11 @@
 //! known to within one look (a quarter of the threshold) and count from the first look
 //! that saw the item running.
 //!
-//! Departures from the kernel: the kernel's CPU-intensive threshold (10 ms) also takes
-//! the item out of concurrency management; podq's long-item threshold only reports,
-//! and defaults to 1 s so that the watchdog wakes rarely.
+//! Departures from the kernel: the kernel's CPU-intensive rule applies to its per-CPU
+//! pools (its unbound pools have no cap to leave) and is checked at the scheduler tick;
+//! podq applies it to every pool, from this thread, so a run leaves the count between
+//! one and one and a half thresholds after the watchdog first saw it. The long-item
+//! threshold only reports, and defaults to 1 s.
 //!
 //! Legend: A atomic (`Relaxed` settings, pairing with nothing: the watchdog reads them
 //! again at every look); WD guarded by its own mutex (`WqWatch::found`, the
@@ -40,6 +49,7 @@ use podq_topology::CpuSet;
 use serde::{Deserialize, Serialize};
 
 use crate::busy::{self, Look};
+use crate::pool::{self, LongRuns};
 use crate::sync::lock_std as lock;
 use crate::workqueue::watch::{watched, Watched};
 use crate::workqueue::WqShared;
@@ -58,6 +68,11 @@ pub const FIRST_LONG_ITEMS: usize = 8;
 static STALL_NS: AtomicU64 = AtomicU64::new(DEFAULT_STALL_THRESHOLD.as_nanos() as u64);
 /// A: the long-item threshold in nanoseconds (0: off).
 static LONG_NS: AtomicU64 = AtomicU64::new(DEFAULT_LONG_ITEM_THRESHOLD.as_nanos() as u64);
+/// A: the CPU-intensive threshold in nanoseconds (0: off).
+static INTENSIVE_NS: AtomicU64 =
+    AtomicU64::new(crate::policy::CPU_INTENSIVE_THRESHOLD.as_nanos() as u64);
+/// A: the thresholds changed: the next look at the stalls comes at once.
+static RETHINK: AtomicBool = AtomicBool::new(false);
 /// A: abort the process on a stall.
 static PANIC_ON_STALL: AtomicBool = AtomicBool::new(false);
 
@@ -85,6 +100,24 @@ pub fn long_item_threshold() -> Option<Duration> {
     load(&LONG_NS)
 }
 
+/// Sets the process-wide CPU-intensive threshold (`None`: off): a pool worker that has
+/// run one item this long stops counting towards its pool's running workers (at most
+/// one per pod CPU), so that another worker may run the items queued behind it, as the
+/// kernel does for its per-CPU pools (`policy::cpu_intensive`). Default 10 ms; refused
+/// below 1 ms. Counted per pool in [`crate::stats::PoolStats::cpu_intensive`].
+///
+/// Items the worker had already taken into its batch still wait for it; an item that
+/// waits for another item must still wrap the wait in [`crate::blocking`], which also
+/// hands that batch back.
+pub fn set_cpu_intensive_threshold(threshold: Option<Duration>) -> Result<(), Error> {
+    store(&INTENSIVE_NS, "cpu-intensive", threshold)
+}
+
+/// The process-wide CPU-intensive threshold.
+pub fn cpu_intensive_threshold() -> Option<Duration> {
+    load(&INTENSIVE_NS)
+}
+
 /// Whether a stall aborts the process (after printing it on stderr) instead of being
 /// reported through the error hook (default: false).
 pub fn set_panic_on_stall(panic: bool) {
@@ -108,6 +141,7 @@ fn store(cell: &AtomicU64, what: &'static str, threshold: Option<Duration>) -> R
         }
     };
     cell.store(ns, Relaxed);
+    RETHINK.store(true, Relaxed);
     wake();
     Ok(())
 }
@@ -272,16 +306,33 @@ fn state() -> &'static Mutex<State> {
 }
 
 fn run() {
+    let me = std::thread::current();
+    let mut long_runs = LongRuns::default();
+    let mut next_look = Instant::now();
     loop {
-        let watched = watched();
-        let period = period(&watched);
-        let found = lock(state()).look(&watched, Instant::now());
-        // Hooks run with no podq lock held.
-        for (wqs, pod, stall) in found {
-            report(&wqs, &pod, stall);
+        let now = Instant::now();
+        let intensive = cpu_intensive_threshold();
+        let soon = intensive.is_some_and(|t| long_runs.look(t, now));
+        if RETHINK.swap(false, Relaxed) || now >= next_look {
+            let watched = watched();
+            next_look = now + period(&watched);
+            let found = lock(state()).look(&watched, now);
+            // Hooks run with no podq lock held.
+            for (wqs, pod, stall) in found {
+                report(&wqs, &pod, stall);
+            }
         }
-        drop(watched);
-        std::thread::park_timeout(period);
+        let until_look = next_look.saturating_duration_since(Instant::now());
+        let sleep = match intensive {
+            Some(t) if soon => crate::policy::cpu_intensive_look_period(t).min(until_look),
+            Some(_) => {
+                pool::doze(&me);
+                until_look
+            }
+            None => until_look,
+        };
+        std::thread::park_timeout(sleep);
+        pool::watcher_woke();
     }
 }
 

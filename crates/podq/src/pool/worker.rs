@@ -7,6 +7,7 @@ use std::time::Duration;
 #[cfg(not(loom))]
 use std::time::Instant;
 
+use super::intensive;
 use crate::context::{self, BATCH, COMPLETIONS, WORKER_POOL};
 use crate::cpu;
 use crate::entry::{Entry, EntryMeta, Task};
@@ -51,6 +52,8 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         pool.stats.nice_failures.inc();
     }
     let _stopping = pool.threads.started(Some(pool.id), index, &pool.allowed);
+    let _registered = intensive::register(pool);
+    intensive::worker_active();
     WORKER_POOL.with(|p| *p.borrow_mut() = Some(Arc::clone(pool)));
     COMPLETIONS.with(|c| c.borrow_mut().set_deferring(true));
     let mut cpu_clock = thread_cpu_ns();
@@ -96,6 +99,8 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
             continue; // the worklist is checked again
         }
         let mut st = lock(&pool.state);
+        // Leaving the running state, it must be in the count to leave it.
+        pool.count_me_again_locked(&mut st);
         if st.shutdown {
             // Shutdown with an empty worklist (the last handle is gone, so no pwq can
             // queue).
@@ -114,6 +119,7 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
         cpu_clock = now;
         match idle(pool, index) {
             Some(repatriate) => {
+                intensive::worker_active();
                 repatriated = repatriate;
                 if repatriate {
                     // Narrow to the pod so the scheduler moves us there, then widen
@@ -369,7 +375,10 @@ fn execute(
     context::set_running(wq.id, work_addr);
     let running = crate::current::Running::new(wq, pool.id);
     let panicked = f();
-    drop(running);
+    if running.end() {
+        // The watchdog took this worker out of the count for a long item.
+        pool.count_me_again();
+    }
     #[cfg(feature = "stats")]
     if let Some(start) = start {
         record.measured_end(start);

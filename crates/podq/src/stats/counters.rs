@@ -540,6 +540,7 @@ pub(crate) struct PoolCounters {
     pub(crate) queue_to_start: Histogram,
     pub(crate) run_time: Histogram,
     pub(crate) cpu_time_ns: Counter,
+    pub(crate) cpu_intensive: Counter,
     /// Dequeue lock acquisitions of workers that exited (kept apart from
     /// `dequeue_lock`, whose fields are written under the pool lock only).
     pub(super) retired_dequeues: Counter,

@@ -152,6 +152,11 @@ pub struct PoolStats {
     pub run_time_ns: Latency,
     /// CPU time of the workers, added when a worker goes idle or exits.
     pub cpu_time_ns: u64,
+    /// Workers taken out of the pool's count of running workers because one item ran
+    /// past the CPU-intensive threshold ([`crate::watchdog::set_cpu_intensive_threshold`]),
+    /// so that another worker could run the items behind it.
+    #[serde(default)]
+    pub cpu_intensive: u64,
 }
 
 impl PoolStats {
@@ -194,6 +199,7 @@ impl PoolStats {
             queue_to_start_ns: latency(|w| &w.queue_to_start, &c.queue_to_start),
             run_time_ns: latency(|w| &w.run_time, &c.run_time),
             cpu_time_ns: c.cpu_time_ns.get(),
+            cpu_intensive: c.cpu_intensive.get(),
             ..PoolStats::default()
         }
     }
@@ -318,6 +324,7 @@ mod json_tests {
                 "affinity_failures",
                 "cancelled",
                 "completed",
+                "cpu_intensive",
                 "cpu_time_ns",
                 "dequeue_lock",
                 "enqueue_lock",

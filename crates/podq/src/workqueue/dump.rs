@@ -113,6 +113,11 @@ pub struct PoolDump {
     pub workers: usize,
     /// See `workers`.
     pub idle: usize,
+    /// Workers counted as running items: at most one per pod CPU, besides those in
+    /// `blocking` sections and those whose item ran past the CPU-intensive threshold
+    /// ([`crate::watchdog::set_cpu_intensive_threshold`]), which do not count.
+    #[serde(default)]
+    pub running: usize,
     /// Items on its worklist (active, not yet taken by a worker).
     pub worklist: usize,
     /// How long it has had pending items and no worker progress, as the stall
@@ -166,6 +171,7 @@ impl WqShared {
                         nice: core.key.nice,
                         workers,
                         idle,
+                        running: core.running_workers(),
                         worklist: core.worklist_len(),
                         no_progress_for: watchdog::stuck_since(core.id).map(|t| now - t),
                     });
@@ -301,13 +307,15 @@ impl fmt::Display for WorkqueueDump {
                 .map_or(String::new(), |d| format!(", no progress for {d:.1?}"));
             writeln!(
                 f,
-                "  pool {} (cpus {}{}, nice {}): {} workers, {} idle, {} on the worklist{stuck}",
+                "  pool {} (cpus {}{}, nice {}): {} workers, {} idle, {} counted running, {} on \
+                 the worklist{stuck}",
                 p.id,
                 p.pod_cpus,
                 if p.strict { ", strict" } else { "" },
                 p.nice,
                 p.workers,
                 p.idle,
+                p.running,
                 p.worklist
             )?;
         }

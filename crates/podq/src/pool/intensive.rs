@@ -1,0 +1,160 @@
+//! Long items leave the count: a pool worker that has run one item for the CPU-intensive
+//! threshold stops counting towards its pool's running workers
+//! ([`policy::cpu_intensive`]), so that the pool may wake or start another worker for
+//! the items behind it. The watchdog thread finds such runs ([`LongRuns::look`]); the
+//! worker counts again when its item ends. States, steps and races: `README.md` beside
+//! this file, "Long items".
+//!
+//! Legend: G guarded by its own mutex (`WORKERS`, `WATCHER`: leaves); A atomic.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::{PoolCore, PoolState};
+use crate::busy::{self, Beat, COUNTED};
+use crate::policy;
+use crate::sync::lock_std;
+use crate::sync::unmodelled::{AtomicBool, Mutex};
+use crate::sync::Ordering::{Relaxed, SeqCst};
+
+/// G: every live pool worker, with its pool.
+static WORKERS: Mutex<Vec<(Arc<Beat>, Weak<PoolCore>)>> = Mutex::new(Vec::new());
+
+/// A: the watchdog looks only as often as its stall checks, for want of runs
+/// ([`policy::CPU_INTENSIVE_DOZE_AFTER`]): the next worker to become active wakes it.
+/// `Relaxed`: a wake-up missed in a race delays a demotion by one slow period at most.
+static DOZING: AtomicBool = AtomicBool::new(false);
+
+/// G: the thread to wake when a worker becomes active while [`DOZING`].
+static WATCHER: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
+
+/// A pool worker's registration; dropped when the worker exits.
+pub(super) struct Registered(Arc<Beat>);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        lock_std(&WORKERS).retain(|(beat, _)| !Arc::ptr_eq(beat, &self.0));
+    }
+}
+
+/// Registers the calling thread as a worker of `pool`.
+pub(super) fn register(pool: &Arc<PoolCore>) -> Registered {
+    let beat = busy::my_beat();
+    lock_std(&WORKERS).push((Arc::clone(&beat), Arc::downgrade(pool)));
+    Registered(beat)
+}
+
+/// The calling worker may start items now (it started, was woken, or left a
+/// `blocking` section): wakes the watchdog if it dozes.
+pub(super) fn worker_active() {
+    if DOZING.load(Relaxed) && DOZING.swap(false, Relaxed) {
+        if let Some(watcher) = lock_std(&WATCHER).as_ref() {
+            watcher.unpark();
+        }
+    }
+}
+
+/// The watchdog (`watcher`) is about to sleep its slow period: the next worker to become
+/// active wakes it.
+pub(crate) fn doze(watcher: &std::thread::Thread) {
+    lock_std(&WATCHER).get_or_insert_with(|| watcher.clone());
+    DOZING.store(true, Relaxed);
+}
+
+/// The watchdog woke up.
+pub(crate) fn wake_up() {
+    DOZING.store(false, Relaxed);
+}
+
+/// What the watchdog remembers of the pool workers between its looks for long runs.
+#[derive(Default)]
+pub(crate) struct LongRuns {
+    /// When each counted run (its beat's address and word) was first seen running.
+    since: HashMap<(usize, u64), Instant>,
+    /// Each worker's word at the last look.
+    words: HashMap<usize, u64>,
+    /// When a look last found a worker's word changed (an item started or ended).
+    active_at: Option<Instant>,
+}
+
+impl LongRuns {
+    /// One look at every pool worker: a counted run seen running for `threshold` leaves
+    /// its pool's count (the pool kicks), and a demotion whose run ended without its
+    /// worker undoing it is undone. Returns whether to look again soon
+    /// ([`policy::cpu_intensive_look_period`]): a counted run is in progress, or a
+    /// worker was active within [`policy::CPU_INTENSIVE_DOZE_AFTER`].
+    pub(crate) fn look(&mut self, threshold: Duration, now: Instant) -> bool {
+        let workers: Vec<(Arc<Beat>, Weak<PoolCore>)> = lock_std(&WORKERS).clone();
+        let mut counted_runs = Vec::new();
+        let mut words = HashMap::with_capacity(workers.len());
+        for (beat, pool) in &workers {
+            let key = Arc::as_ptr(beat) as usize;
+            let (word, standing) = beat.standing();
+            if self.words.get(&key) != Some(&word) {
+                self.active_at = Some(now);
+            }
+            words.insert(key, word);
+            let Some(pool) = pool.upgrade() else {
+                continue;
+            };
+            if standing & 1 == 1 && standing != word {
+                pool.count_again(beat);
+            }
+            if word & 1 == 0 || standing != COUNTED {
+                continue;
+            }
+            counted_runs.push((key, word));
+            let since = *self.since.entry((key, word)).or_insert(now);
+            if policy::cpu_intensive(now - since, Some(threshold)) {
+                pool.demote(beat, word);
+            }
+        }
+        self.since.retain(|run, _| counted_runs.contains(run));
+        self.words = words;
+        !counted_runs.is_empty()
+            || self
+                .active_at
+                .is_some_and(|at| now - at < policy::CPU_INTENSIVE_DOZE_AFTER)
+    }
+}
+
+impl PoolCore {
+    /// Watchdog: run `word` of `beat`, a worker of this pool, has run too long. If it
+    /// still runs and its worker counts, the worker leaves the running count and the
+    /// pool kicks for the items waiting (pool lock).
+    fn demote(self: &Arc<Self>, beat: &Beat, word: u64) {
+        let mut st = crate::sync::lock(&self.state);
+        if !beat.demote(word) {
+            return;
+        }
+        self.counts.running.fetch_sub(1, SeqCst);
+        self.stats.cpu_intensive.inc();
+        let action = self.kick_locked(&mut st);
+        drop(st);
+        self.act(action);
+    }
+
+    /// Watchdog: `beat`'s demoted run ended and its worker did not count itself again;
+    /// counts it (pool lock), unless the worker does so first.
+    fn count_again(&self, beat: &Beat) {
+        let _st = crate::sync::lock(&self.state);
+        if beat.undo_demotion(true) {
+            self.counts.running.fetch_add(1, SeqCst);
+        }
+    }
+
+    /// The calling worker's item ended while it stood demoted: it counts again.
+    pub(super) fn count_me_again(&self) {
+        let mut st = crate::sync::lock(&self.state);
+        self.count_me_again_locked(&mut st);
+    }
+
+    /// [`count_me_again`](Self::count_me_again) under the pool lock (`_st`), if the
+    /// calling worker stands demoted: before it changes its running count itself.
+    pub(super) fn count_me_again_locked(&self, _st: &mut PoolState) {
+        if busy::undo_my_demotion() {
+            self.counts.running.fetch_add(1, SeqCst);
+        }
+    }
+}
