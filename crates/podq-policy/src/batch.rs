@@ -15,10 +15,42 @@ pub fn batch_take(waiting: usize, concurrency: usize) -> usize {
     (waiting / concurrency.max(1)).clamp(1, MAX_BATCH)
 }
 
+/// Claims a pool's workers make one item at a time after one of its items ran past the
+/// CPU-intensive threshold ([`crate::cpu_intensive`]), instead of their share.
+///
+/// A worker's batch is its own: when the watchdog takes a worker with a long item out
+/// of the count, the items it took with that item still wait for it, whatever other
+/// worker the pool starts. Where one item ran that long others may too, and the claim
+/// a batch saves is nothing beside an item of milliseconds; so, after each such item,
+/// the pool's next claims take one item each, as the kernel's workers always do.
+/// Where items are tiny, this many single claims cost a few microseconds once.
+pub const SINGLE_TAKES_AFTER_LONG_ITEM: u32 = 64;
+
+/// [`batch_take`], or one item while the pool takes items one at a time after a long
+/// one (`one_at_a_time`, [`SINGLE_TAKES_AFTER_LONG_ITEM`]).
+pub fn batch_take_after_long_items(
+    waiting: usize,
+    concurrency: usize,
+    one_at_a_time: bool,
+) -> usize {
+    if one_at_a_time {
+        1
+    } else {
+        batch_take(waiting, concurrency)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn after_a_long_item_one_at_a_time() {
+        assert_eq!(batch_take_after_long_items(1000, 1, true), 1);
+        assert_eq!(batch_take_after_long_items(1000, 1, false), MAX_BATCH);
+        assert_eq!(batch_take_after_long_items(10, 2, false), 5);
+    }
 
     #[test]
     fn a_share_of_the_waiting_items() {

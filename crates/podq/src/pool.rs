@@ -25,7 +25,9 @@ use std::sync::Arc;
 use crate::context::{self, BATCH, BLOCKING_DEPTH, WORKER_POOL};
 use crate::entry::Entry;
 use crate::sync::Ordering::SeqCst;
-use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, unmodelled, AtomicUsize, Mutex};
+use crate::sync::{
+    lock, lock_std, seqcst_pair_fence, thread, unmodelled, AtomicU32, AtomicUsize, Mutex,
+};
 
 mod intensive;
 mod rescue;
@@ -74,6 +76,11 @@ pub(crate) struct Counts {
     idle: AtomicUsize,
     /// A: mirror of `PoolState::nr_workers`.
     workers: AtomicUsize,
+    /// A: claims of the worklist left to take one item each, after an item ran past the
+    /// CPU-intensive threshold (`policy::SINGLE_TAKES_AFTER_LONG_ITEM`; set by the
+    /// watchdog's demotion, counted down by the claims). `Relaxed`: a hint no
+    /// correctness argument reads.
+    single_takes: AtomicU32,
 }
 
 impl Counts {
@@ -348,7 +355,8 @@ impl PoolCore {
     /// when it handed them to the calling thread's batch instead: on a one-CPU pod whose
     /// worklist is empty, when the caller is this pool's worker between two items and
     /// its batch holds less than a full batch (so that no more than about a batch waits
-    /// out of the worklist's reach). That worker is the only one the pod may run and
+    /// out of the worklist's reach), unless the pool takes items one at a time after a
+    /// long one (`intensive.rs`). That worker is the only one the pod may run and
     /// nothing older waits, so the push and the take that would follow it only copied
     /// the items twice and took the worklist lock twice (a flood on `cpu` activates
     /// half its items on the pool of the worker that freed the slots).
@@ -356,6 +364,7 @@ impl PoolCore {
         let entries = entries.inspect(crate::trace::activate_work);
         if self.concurrency == 1
             && self.worklist.len() == 0
+            && !self.one_at_a_time()
             && context::works_between_items_for(self)
             && BATCH.with(|b| b.borrow().len()) < policy::MAX_BATCH
         {

@@ -156,6 +156,34 @@ fn a_computing_item_lets_the_items_behind_run_and_counts_again_when_done() {
 }
 
 #[test]
+fn after_a_long_item_the_pool_takes_its_items_one_at_a_time() {
+    let _turn = one_at_a_time();
+    let wq = one_cpu("ci-single");
+    compute_until_the_items_behind_ran(&wq, false);
+    // Three items that wait without `podq::blocking`, queued at once. Taken one at a
+    // time, each leaves the count once it has waited past the threshold and the next
+    // gets a worker, so they overlap; in one batch they would run one after another.
+    let now = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let waiting: Vec<_> = (0..3)
+        .map(|_| {
+            let (now, most) = (Arc::clone(&now), Arc::clone(&most));
+            wq.spawn(move || {
+                let running = now.fetch_add(1, SeqCst) + 1;
+                most.fetch_max(running, SeqCst);
+                std::thread::sleep(Duration::from_millis(100));
+                now.fetch_sub(1, SeqCst);
+            })
+        })
+        .collect();
+    for item in waiting {
+        item.join().unwrap();
+    }
+    assert!(most.load(SeqCst) >= 2, "the waiting items overlapped");
+    all_idle_and_none_counted(&wq);
+}
+
+#[test]
 fn thresholds_below_a_millisecond_are_refused() {
     let _turn = one_at_a_time();
     let err = set_cpu_intensive_threshold(Some(Duration::from_micros(500))).unwrap_err();

@@ -129,6 +129,9 @@ impl PoolCore {
             return;
         }
         self.counts.running.fetch_sub(1, SeqCst);
+        self.counts
+            .single_takes
+            .store(policy::SINGLE_TAKES_AFTER_LONG_ITEM, Relaxed);
         self.stats.cpu_intensive.inc();
         let action = self.kick_locked(&mut st);
         drop(st);
@@ -142,6 +145,24 @@ impl PoolCore {
         if beat.undo_demotion(true) {
             self.counts.running.fetch_add(1, SeqCst);
         }
+    }
+
+    /// Whether the pool's workers take items one at a time now, after a long item
+    /// (`policy::SINGLE_TAKES_AFTER_LONG_ITEM`).
+    pub(super) fn one_at_a_time(&self) -> bool {
+        self.counts.single_takes.load(Relaxed) > 0
+    }
+
+    /// A worker claims items: one, if the pool takes them one at a time now (counting
+    /// that claim), else its share (`policy::batch_take_after_long_items`).
+    pub(super) fn batch_take(&self, waiting: usize) -> usize {
+        let single = self.one_at_a_time()
+            && self
+                .counts
+                .single_takes
+                .fetch_update(Relaxed, Relaxed, |n| n.checked_sub(1))
+                .is_ok();
+        policy::batch_take_after_long_items(waiting, self.concurrency, single)
     }
 
     /// The calling worker's item ended while it stood demoted: it counts again.

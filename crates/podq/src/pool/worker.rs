@@ -139,13 +139,13 @@ fn work_loop(pool: &Arc<PoolCore>, index: usize, mine: &WorkerCounters) {
     COMPLETIONS.with(|c| c.borrow_mut().set_deferring(false));
 }
 
-/// Takes this worker's share of the worklist into its batch (`policy::batch_take`) and,
+/// Takes this worker's share of the worklist into its batch (`PoolCore::batch_take`) and,
 /// if items are left, kicks the pool so wake-ups chain as in the kernel. Returns whether
 /// it took any.
 fn take_batch(pool: &Arc<PoolCore>, mine: &WorkerCounters) -> bool {
     let took = BATCH.with(|b| {
         pool.worklist.take_batch(
-            |waiting| policy::batch_take(waiting, pool.concurrency),
+            |waiting| pool.batch_take(waiting),
             &mut b.borrow_mut(),
             &pool.stats.dequeue_lock.owned(mine.dequeue_acquisition()),
         )
