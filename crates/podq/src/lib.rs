@@ -27,9 +27,10 @@
 //!   [`blocking`] sections and for items that run past the CPU-intensive threshold
 //!   (10 ms, [`watchdog::set_cpu_intensive_threshold`]; the kernel applies that rule to
 //!   its per-CPU pools only), up to [`policy::POOL_MAX_WORKERS`] threads: user space
-//!   cannot see a worker sleep, nor one preempted on its CPU, which still counts. `podq
-//!   sim --worker-cap unlimited` simulates the kernel's pools beside podq's (README,
-//!   "What it predicts for the NFS experiments").
+//!   cannot see a worker sleep, nor one preempted on its CPU, which still counts until
+//!   its item has run that long. `podq sim --worker-cap unlimited` simulates the
+//!   kernel's pools beside podq's (README, "What it predicts for the NFS experiments");
+//!   the simulator does not apply the CPU-intensive rule.
 //! - Rescuers are opt-in per workqueue ([`WorkqueueBuilder::rescuer`]) and answer only
 //!   failed thread creation (there is no memory-reclaim context in user space); the
 //!   cooldown retry runs on one process-wide manager thread, not on a pool's worker.

@@ -179,7 +179,10 @@ pub struct SimArgs {
     pub remote_free: RemoteFreeArg,
     /// CPU time of an item of `queue`, `latency` and `throughput`. The default stands
     /// for a small item; `podq bench`'s items spend none beyond their closure
-    /// (`--item-work 0s` there), which `podq bench X --sim` simulates as it is.
+    /// (`--item-work 0s` there), which `podq bench X --sim` simulates as it is. The
+    /// simulated pools do not apply the runtime's CPU-intensive rule (a worker whose
+    /// item runs 10 ms leaves the running count), so items that long are simulated as
+    /// podq ran them before it.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "100ns")]
     pub item_work: Duration,
     /// `completion`: the CQ producers' priority: `high` preempts the workers on their

@@ -85,38 +85,55 @@ impl LongRuns {
     /// ([`policy::cpu_intensive_look_period`]): a counted run is in progress, or a
     /// worker was active within [`policy::CPU_INTENSIVE_DOZE_AFTER`].
     pub(crate) fn look(&mut self, threshold: Duration, now: Instant) -> bool {
-        let workers: Vec<(Arc<Beat>, Weak<PoolCore>)> = lock_std(&WORKERS).clone();
-        let mut counted_runs = Vec::new();
-        let mut words = HashMap::with_capacity(workers.len());
-        for (beat, pool) in &workers {
+        // Found under the registry's lock, with no reference taken for the others; done
+        // after it, each under its pool's lock.
+        let mut due = Vec::new();
+        let mut since = HashMap::with_capacity(self.since.len());
+        let mut words = HashMap::with_capacity(self.words.len());
+        for (beat, pool) in lock_std(&WORKERS).iter() {
             let key = Arc::as_ptr(beat) as usize;
             let (word, standing) = beat.standing();
             if self.words.get(&key) != Some(&word) {
                 self.active_at = Some(now);
             }
             words.insert(key, word);
-            let Some(pool) = pool.upgrade() else {
-                continue;
-            };
             if standing & 1 == 1 && standing != word {
-                pool.count_again(beat);
+                due.push((Arc::clone(beat), Weak::clone(pool), Due::CountAgain));
             }
             if word & 1 == 0 || standing != COUNTED {
                 continue;
             }
-            counted_runs.push((key, word));
-            let since = *self.since.entry((key, word)).or_insert(now);
-            if policy::cpu_intensive(now - since, Some(threshold)) {
-                pool.demote(beat, word);
+            let first = self.since.get(&(key, word)).copied().unwrap_or(now);
+            since.insert((key, word), first);
+            if policy::cpu_intensive(now - first, Some(threshold)) {
+                due.push((Arc::clone(beat), Weak::clone(pool), Due::Demote(word)));
             }
         }
-        self.since.retain(|run, _| counted_runs.contains(run));
+        let counted_runs = !since.is_empty();
+        self.since = since;
         self.words = words;
-        !counted_runs.is_empty()
+        for (beat, pool, what) in due {
+            let Some(pool) = pool.upgrade() else {
+                continue;
+            };
+            match what {
+                Due::Demote(word) => pool.demote(&beat, word),
+                Due::CountAgain => pool.count_again(&beat),
+            }
+        }
+        counted_runs
             || self
                 .active_at
                 .is_some_and(|at| now - at < policy::CPU_INTENSIVE_DOZE_AFTER)
     }
+}
+
+/// What a look found to do for one worker.
+enum Due {
+    /// Take its run of this word out of the count.
+    Demote(u64),
+    /// Undo a demotion whose run ended.
+    CountAgain,
 }
 
 impl PoolCore {
