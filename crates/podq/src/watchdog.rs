@@ -323,16 +323,18 @@ fn run() {
             }
         }
         let until_look = next_look.saturating_duration_since(Instant::now());
+        let dozing = intensive.is_some() && !soon;
         let sleep = match intensive {
             Some(t) if soon => crate::policy::cpu_intensive_look_period(t).min(until_look),
-            Some(_) => {
-                pool::doze(&me);
-                until_look
-            }
-            None => until_look,
+            _ => until_look,
         };
+        if dozing {
+            pool::doze(&me);
+        }
         std::thread::park_timeout(sleep);
-        pool::watcher_woke();
+        if pool::watcher_woke(dozing) {
+            long_runs.worker_woke(Instant::now());
+        }
     }
 }
 

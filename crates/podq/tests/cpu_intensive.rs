@@ -6,7 +6,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use podq::watchdog::{cpu_intensive_threshold, set_cpu_intensive_threshold};
+use podq::watchdog::{
+    cpu_intensive_threshold, set_cpu_intensive_threshold, set_long_item_threshold,
+    set_stall_threshold, DEFAULT_LONG_ITEM_THRESHOLD, DEFAULT_STALL_THRESHOLD,
+};
 use podq::{Topology, Workqueue};
 
 /// Serialises the tests: each sets the process-wide threshold.
@@ -27,7 +30,11 @@ fn one_cpu(name: &str) -> Workqueue {
 /// one-CPU pool, giving up after `patience`. Returns whether the one behind ran while
 /// it waited, and the pool's count of workers that left the running count.
 fn waits_for_the_item_behind(name: &str, patience: Duration) -> (bool, u64) {
-    let wq = one_cpu(name);
+    waits_on(&one_cpu(name), patience)
+}
+
+/// [`waits_for_the_item_behind`] on `wq`.
+fn waits_on(wq: &Workqueue, patience: Duration) -> (bool, u64) {
     let (started_tx, started) = mpsc::channel();
     let (behind_tx, behind_rx) = mpsc::channel::<()>();
     let waiter = wq.spawn(move || {
@@ -42,7 +49,7 @@ fn waits_for_the_item_behind(name: &str, patience: Duration) -> (bool, u64) {
     let ran_during = waiter.join().unwrap();
     behind.join().unwrap();
     wq.flush();
-    all_idle_and_none_counted(&wq);
+    all_idle_and_none_counted(wq);
     (ran_during, wq.stats().pools[0].cpu_intensive)
 }
 
@@ -181,6 +188,27 @@ fn after_a_long_item_the_pool_takes_its_items_one_at_a_time() {
     }
     assert!(most.load(SeqCst) >= 2, "the waiting items overlapped");
     all_idle_and_none_counted(&wq);
+}
+
+#[test]
+fn a_worker_woken_from_idle_wakes_the_dozing_watchdog() {
+    let _turn = one_at_a_time();
+    // With the stall checks off the watchdog's slow looks are a second apart.
+    set_stall_threshold(None).unwrap();
+    set_long_item_threshold(None).unwrap();
+    let wq = one_cpu("ci-doze");
+    wq.spawn(|| ()).join().unwrap();
+    // Nothing starts for longer than the watchdog waits before it dozes.
+    std::thread::sleep(Duration::from_millis(300));
+    // Woken, the worker wakes the watchdog, which finds the waiting item within a few
+    // looks; dozing on, it would find it at its next slow look, up to a second later.
+    let (ran_during, left) = waits_on(&wq, Duration::from_millis(600));
+    set_stall_threshold(Some(DEFAULT_STALL_THRESHOLD)).unwrap();
+    set_long_item_threshold(Some(DEFAULT_LONG_ITEM_THRESHOLD)).unwrap();
+    assert!(ran_during, "the item behind ran while the first one waited");
+    if cfg!(feature = "stats") {
+        assert_eq!(left, 1);
+    }
 }
 
 #[test]

@@ -62,9 +62,10 @@ pub(crate) fn doze(watcher: &std::thread::Thread) {
     DOZING.store(true, Relaxed);
 }
 
-/// The watchdog woke up.
-pub(crate) fn wake_up() {
-    DOZING.store(false, Relaxed);
+/// The watchdog woke up. Returns whether a worker woke it from a doze (it had dozed,
+/// and the flag is clear).
+pub(crate) fn wake_up(dozed: bool) -> bool {
+    !DOZING.swap(false, Relaxed) && dozed
 }
 
 /// What the watchdog remembers of the pool workers between its looks for long runs.
@@ -79,6 +80,12 @@ pub(crate) struct LongRuns {
 }
 
 impl LongRuns {
+    /// A worker woke the dozing watchdog: it is about to start an item, perhaps after
+    /// the next look, so the looks stay frequent for a while.
+    pub(crate) fn worker_woke(&mut self, now: Instant) {
+        self.active_at = Some(now);
+    }
+
     /// One look at every pool worker: a counted run seen running for `threshold` leaves
     /// its pool's count (the pool kicks), and a demotion whose run ended without its
     /// worker undoing it is undone. Returns whether to look again soon
