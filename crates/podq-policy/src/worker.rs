@@ -38,6 +38,19 @@ pub fn cpu_intensive(ran: Duration, threshold: Option<Duration>) -> bool {
     threshold.is_some_and(|t| ran >= t)
 }
 
+/// Whether one more worker of a pool of `concurrency` running workers may leave the
+/// count for a long item ([`cpu_intensive`]) while `out` of its workers are out for one
+/// already: at most as many as the pool's CPUs, so a pool runs at most twice its CPUs
+/// of workers outside `podq::blocking` sections. The kernel has no such bound (its
+/// `max_active` bounds the workers an unbound pool runs); here a flood of long
+/// computing items would otherwise add a thread every threshold, up to
+/// [`POOL_MAX_WORKERS`], all sharing the pod's CPUs. One extra worker per CPU is what
+/// the cases the rule exists for need: items queued after a long one, and an item that
+/// waits (without `podq::blocking`) for one queued behind it.
+pub fn may_leave_count(out: usize, concurrency: usize) -> bool {
+    out < concurrency
+}
+
 /// How often the runtime looks for items that ran past `threshold` while any worker
 /// runs one: half of it, so a long item leaves the count between one and one and a
 /// half thresholds after it started (at least 1 ms apart).
@@ -247,6 +260,14 @@ mod tests {
 
     fn set(cpus: &[usize]) -> CpuSet {
         cpus.iter().copied().collect()
+    }
+
+    #[test]
+    fn at_most_one_worker_per_cpu_is_out_of_the_count() {
+        assert!(may_leave_count(0, 1));
+        assert!(!may_leave_count(1, 1));
+        assert!(may_leave_count(3, 4));
+        assert!(!may_leave_count(4, 4));
     }
 
     #[test]

@@ -25,10 +25,10 @@
 //!   `min_active` above `max_active`, are refused instead of clamped.
 //! - Pools run at most one worker per pod CPU at a time and grow beyond that only for
 //!   [`blocking`] sections and for items that run past the CPU-intensive threshold
-//!   (10 ms, [`watchdog::set_cpu_intensive_threshold`]; the kernel applies that rule to
-//!   its per-CPU pools only), up to [`policy::POOL_MAX_WORKERS`] threads: user space
-//!   cannot see a worker sleep, nor one preempted on its CPU, which still counts until
-//!   its item has run that long. `podq sim --worker-cap unlimited` simulates the
+//!   (10 ms, [`watchdog::set_cpu_intensive_threshold`], at most one more per pod CPU;
+//!   the kernel applies that rule to its per-CPU pools only, without a bound), up to
+//!   [`policy::POOL_MAX_WORKERS`] threads: user space cannot see a worker sleep, nor
+//!   one preempted on its CPU, which still counts until its item has run that long. `podq sim --worker-cap unlimited` simulates the
 //!   kernel's pools beside podq's (README, "What it predicts for the NFS experiments");
 //!   the simulator does not apply the CPU-intensive rule.
 //! - Rescuers are opt-in per workqueue ([`WorkqueueBuilder::rescuer`]) and answer only

@@ -232,6 +232,9 @@ pub(crate) struct PoolState {
     nr_workers: usize,
     /// Set when the last handle is dropped: workers exit.
     shutdown: bool,
+    /// Workers out of `Counts::running` for a long item (`intensive.rs`), at most the
+    /// pool's concurrency (`policy::may_leave_count`).
+    out_for_long_items: usize,
 }
 
 /// A pool: one worklist and its workers, for one pod.
@@ -480,7 +483,9 @@ impl PoolCore {
         context::settle_completions();
         let mut st = lock(&self.state);
         // A worker the watchdog took out of the count for a long item is out already.
-        if !crate::busy::enter_blocking() {
+        if crate::busy::enter_blocking() {
+            st.out_for_long_items -= 1;
+        } else {
             self.counts.running.fetch_sub(1, SeqCst);
         }
         let action = self.kick_locked(&mut st);

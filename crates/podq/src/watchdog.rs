@@ -106,9 +106,10 @@ pub fn long_item_threshold() -> Option<Duration> {
 /// kernel does for its per-CPU pools (`policy::cpu_intensive`). Default 10 ms; refused
 /// below 1 ms. Counted per pool in [`crate::stats::PoolStats::cpu_intensive`].
 ///
-/// Items the worker had already taken into its batch still wait for it; an item that
-/// waits for another item must still wrap the wait in [`crate::blocking`], which also
-/// hands that batch back.
+/// At most as many workers as the pool has CPUs are out of the count at a time. Items
+/// the worker had already taken into its batch still wait for it; an item that waits
+/// for another item must still wrap the wait in [`crate::blocking`], which also hands
+/// that batch back and has no such bound.
 pub fn set_cpu_intensive_threshold(threshold: Option<Duration>) -> Result<(), Error> {
     store(&INTENSIVE_NS, "cpu-intensive", threshold)
 }

@@ -145,13 +145,15 @@ enum Due {
 
 impl PoolCore {
     /// Watchdog: run `word` of `beat`, a worker of this pool, has run too long. If it
-    /// still runs and its worker counts, the worker leaves the running count and the
-    /// pool kicks for the items waiting (pool lock).
+    /// still runs, its worker counts and the pool has room for one more worker out
+    /// (`policy::may_leave_count`), the worker leaves the running count and the pool
+    /// kicks for the items waiting (pool lock).
     fn demote(self: &Arc<Self>, beat: &Beat, word: u64) {
         let mut st = crate::sync::lock(&self.state);
-        if !beat.demote(word) {
+        if !policy::may_leave_count(st.out_for_long_items, self.concurrency) || !beat.demote(word) {
             return;
         }
+        st.out_for_long_items += 1;
         self.counts.running.fetch_sub(1, SeqCst);
         self.counts
             .single_takes
@@ -165,8 +167,9 @@ impl PoolCore {
     /// Watchdog: `beat`'s demoted run ended and its worker did not count itself again;
     /// counts it (pool lock), unless the worker does so first.
     fn count_again(&self, beat: &Beat) {
-        let _st = crate::sync::lock(&self.state);
+        let mut st = crate::sync::lock(&self.state);
         if beat.undo_demotion(true) {
+            st.out_for_long_items -= 1;
             self.counts.running.fetch_add(1, SeqCst);
         }
     }
@@ -195,10 +198,11 @@ impl PoolCore {
         self.count_me_again_locked(&mut st);
     }
 
-    /// [`count_me_again`](Self::count_me_again) under the pool lock (`_st`), if the
+    /// [`count_me_again`](Self::count_me_again) under the pool lock (`st`), if the
     /// calling worker stands demoted: before it changes its running count itself.
-    pub(super) fn count_me_again_locked(&self, _st: &mut PoolState) {
+    pub(super) fn count_me_again_locked(&self, st: &mut PoolState) {
         if busy::undo_my_demotion() {
+            st.out_for_long_items -= 1;
             self.counts.running.fetch_add(1, SeqCst);
         }
     }
