@@ -154,6 +154,45 @@ fn the_worker_cap_is_chosen_and_recorded() {
 }
 
 #[test]
+fn the_cpu_intensive_threshold_is_chosen_and_recorded() {
+    // Items of 20 ms on the two CPUs of a one-pod `cache` pool, four in flight.
+    let run = |threshold: &str| {
+        sim_json(&[
+            "throughput",
+            "--synthetic",
+            "1s2c1t",
+            "--scopes",
+            "cache",
+            "--strict",
+            "off",
+            "--producers",
+            "1",
+            "--depth",
+            "4",
+            "--item-work",
+            "20ms",
+            "--duration",
+            "100ms",
+            "--warmup",
+            "0s",
+            "--cpu-intensive",
+            threshold,
+        ])
+    };
+    let (on, off) = (run("5ms"), run("off"));
+    assert_eq!(on["settings"]["cpu_intensive"], "5ms");
+    assert_eq!(off["settings"]["cpu_intensive"], serde_json::Value::Null);
+    let demoted = |json: &serde_json::Value| json["results"][0]["sim"]["cpu_intensive"].as_u64();
+    assert_eq!(demoted(&off), Some(0));
+    assert!(demoted(&on) > Some(0), "{on}");
+    for bad in ["500us", "soon", "-1ms"] {
+        let out = podq(&["sim", "queue", &format!("--cpu-intensive={bad}")]);
+        assert_eq!(out.status.code(), Some(2), "{bad}");
+        assert!(stderr(&out).contains(bad), "{}", stderr(&out));
+    }
+}
+
+#[test]
 fn ladder_prints_queue_and_latency_tables() {
     let out = podq(&[
         "sim",

@@ -108,6 +108,10 @@ pub struct Thread {
     pub held: u32,
     /// Worker: when its current item started.
     pub item_since: Ns,
+    /// Worker: runs an item (from its start to the lock after it).
+    pub in_item: bool,
+    /// Worker: out of its pool's running count for a long item ([`crate::long_items`]).
+    pub out_of_count: bool,
     /// Worker: items it took beyond the one it runs, with their pwqs, oldest first.
     pub batch: VecDeque<(Item, usize)>,
     /// When it became runnable without a CPU (queued or migrating), if it is.
@@ -174,6 +178,9 @@ pub struct Counters {
     pub run_delay_ns: [u64; 2],
     /// Normal threads preempted by a waking high-priority one.
     pub preemptions: u64,
+    /// Workers taken out of their pool's running count for a long item
+    /// ([`crate::long_items`]).
+    pub cpu_intensive: u64,
 }
 
 /// The whole simulated machine.
@@ -287,6 +294,8 @@ impl<'t> Sim<'t> {
             spinning: false,
             held: 0,
             item_since: 0,
+            in_item: false,
+            out_of_count: false,
             batch: VecDeque::new(),
             runnable_since: None,
             high: false,

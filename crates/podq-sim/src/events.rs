@@ -28,6 +28,8 @@ pub enum Event {
     Wire(usize),
     /// Periodic load balance and worker reaping.
     Balance,
+    /// The runtime watchdog's periodic look for items past the CPU-intensive threshold.
+    LongItems,
     /// The start of `--toggle` segment `index`.
     Segment(usize),
     /// The end of an `auto` window of the queue under test.

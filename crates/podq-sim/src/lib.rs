@@ -3,11 +3,12 @@
 //!
 //! Every decision goes through `podq-policy`, the functions the threaded runtime calls:
 //! pwq selection, pod masks, per-node `max_active` and admission, kicks, idle-worker
-//! choice and repatriation, spinning, reaping. What the runtime leaves to the
-//! hardware and the kernel is modelled with named costs ([`cost`]), each with its
-//! source: line transfers by distance, lock hand-offs, wake-ups and C-state exits,
-//! context switches, migrations, SMT sharing, 4 KiB buffer reads, a slab allocator and,
-//! for `completion`, the RDMA port's latency and line rate.
+//! choice and repatriation, spinning, reaping, the CPU-intensive rule for long items
+//! ([`long_items`]). What the runtime leaves to the hardware and the kernel is
+//! modelled with named costs ([`cost`]), each with its source: line transfers by
+//! distance, lock hand-offs, wake-ups and C-state exits, context switches, migrations,
+//! SMT sharing, 4 KiB buffer reads, a slab allocator and, for `completion`, the RDMA
+//! port's latency and line rate.
 //!
 //! Pure: no threads, clocks or globals. A run is a function of its topology, its
 //! parameters, its workload and its seed; the same inputs give the same output.
@@ -44,6 +45,7 @@ pub mod distance;
 pub mod engine;
 pub mod events;
 pub mod lock;
+pub mod long_items;
 pub mod programs;
 pub mod rng;
 pub mod slab;
@@ -266,13 +268,15 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
         sim.events.push(controller.window_ns(), Event::Auto);
         auto = Some(controller);
     }
-    let (worklist, worker_cap) = (queue.worklist, queue.worker_cap);
+    let (worklist, worker_cap, cpu_intensive) =
+        (queue.worklist, queue.worker_cap, queue.cpu_intensive);
     sim.new_wq(queue);
     if let Workload::Completion(_) = spec.workload {
         // nfsiod keeps the default scope, as in the experiments where only rpciod changed.
         sim.new_wq(QueueSpec {
             worklist,
             worker_cap,
+            cpu_intensive,
             ..QueueSpec::new("nfsiod", Scope::BUILTIN_DEFAULT, false)
         });
     }
@@ -327,6 +331,9 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
     }
     sim.events
         .push(cost.balance_interval.round() as Ns, Event::Balance);
+    if let Some(period) = sim.long_item_look_period() {
+        sim.events.push(period, Event::LongItems);
+    }
     sim.events.push(end, Event::End);
     let mut marks = vec![snapshot(&sim)];
     let scope_now = |sim: &Sim, auto: &Option<auto::SimAuto>| {
@@ -347,6 +354,7 @@ pub fn simulate(topo: &Topology, cost: &CostParams, spec: &RunSpec) -> Result<Si
             Event::Arrive { tid, cpu } => sim.on_arrive(tid, cpu),
             Event::Wire(io) => sim.on_wire(io),
             Event::Balance => sim.on_balance(),
+            Event::LongItems => sim.look_for_long_items(),
             Event::Segment(0) => {
                 // The warm-up is over: measure from here.
                 marks = vec![snapshot(&sim)];
@@ -478,6 +486,7 @@ fn counters_since(b: &Counters, a: &Counters) -> Counters {
             b.run_delay_ns[1] - a.run_delay_ns[1],
         ],
         preemptions: b.preemptions - a.preemptions,
+        cpu_intensive: b.cpu_intensive - a.cpu_intensive,
     }
 }
 

@@ -363,6 +363,7 @@ impl Sim<'_> {
         self.counters.locality[class] += 1;
         self.threads[tid].spun = false;
         self.threads[tid].item_since = self.now;
+        self.threads[tid].in_item = true;
         // The next item of the worker's batch follows without a look at the worklist.
         let done = Op::Do(Act::ItemDone { pwq });
         if self.threads[tid].batch.is_empty() {

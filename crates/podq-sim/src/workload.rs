@@ -1,6 +1,8 @@
 //! What to simulate, as data: the queue under test, the producers and what each item
 //! costs. The same descriptions `podq bench` runs on threads.
 
+use std::time::Duration;
+
 use podq_topology::Scope;
 
 use crate::events::Ns;
@@ -24,6 +26,10 @@ pub struct QueueSpec {
     pub worklist: Worklist,
     /// How many of a pool's workers may run at once.
     pub worker_cap: WorkerCap,
+    /// The runtime's CPU-intensive threshold (`podq_policy::cpu_intensive`): a worker
+    /// whose item has run this long leaves its pool's running count. `None` turns the
+    /// rule off; [`WorkerCap::Unlimited`] has no count to leave and ignores it.
+    pub cpu_intensive: Option<Duration>,
 }
 
 /// How many of a pool's workers may run at once: podq's rule or the kernel's.
@@ -70,6 +76,7 @@ impl QueueSpec {
             auto: crate::auto::AutoSpec::default(),
             worklist: Worklist::Locked,
             worker_cap: WorkerCap::PodCpus,
+            cpu_intensive: Some(podq_policy::CPU_INTENSIVE_THRESHOLD),
         }
     }
 }

@@ -6,10 +6,10 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use podq_policy::{
-    activation, admit, batch_take, free_slots, idle_step, kick, may_activate, node_limits,
-    pick_idle, pick_pwq, pod_cpumask, pool_key, pool_node, reap, Activation, Admission, IdleStep,
-    IdleWorkers, Kick, PoolAttrs, PoolKey, PoolLoad, PwqChoice, PwqQueue, IDLE_SPIN,
-    IDLE_WORKER_TIMEOUT,
+    activation, admit, batch_take_after_long_items, free_slots, idle_step, kick, may_activate,
+    node_limits, pick_idle, pick_pwq, pod_cpumask, pool_key, pool_node, reap, Activation,
+    Admission, IdleStep, IdleWorkers, Kick, PoolAttrs, PoolKey, PoolLoad, PwqChoice, PwqQueue,
+    IDLE_SPIN, IDLE_WORKER_TIMEOUT,
 };
 use podq_topology::{CpuSet, Scope};
 
@@ -103,6 +103,12 @@ pub struct Pool {
     pub spinners: Vec<Tid>,
     /// The spin budget `idle_step` gave.
     pub spin_for: Duration,
+    /// The CPU-intensive threshold its workers' items are held to, if any.
+    pub cpu_intensive: Option<Duration>,
+    /// Workers out of `nr_running` for a long item.
+    pub out_for_long_items: usize,
+    /// Claims left that take one item each after a long item.
+    pub single_takes: u32,
 }
 
 /// What a kick decided, done after the lock is dropped.
@@ -155,14 +161,19 @@ impl Sim<'_> {
             .expect("a concrete scope of a valid topology has pods");
         let effective = self.world.wqs[wq].unbound.clone();
         let nodes = self.topo.nodes();
-        let (worklist, worker_cap) = {
+        let (worklist, worker_cap, cpu_intensive) = {
             let spec = &self.world.wqs[wq].spec;
-            (spec.worklist, spec.worker_cap)
+            (spec.worklist, spec.worker_cap, spec.cpu_intensive)
         };
         let mut pod_pwq = Vec::with_capacity(layout.len());
         for pod in &layout.pod_cpus {
             let mask = pod_cpumask(pod, &effective);
-            let pool = self.pool_for(mask.clone(), strict, &effective, worklist, worker_cap);
+            let pool = self.pool_for(
+                mask.clone(),
+                strict,
+                &effective,
+                (worklist, worker_cap, cpu_intensive),
+            );
             let slot = pool_node(&mask, |c| self.topo.node_of(c))
                 .and_then(|n| nodes.iter().position(|&x| x == n))
                 .unwrap_or(nodes.len());
@@ -193,8 +204,7 @@ impl Sim<'_> {
         pod: CpuSet,
         strict: bool,
         effective: &CpuSet,
-        worklist: Worklist,
-        worker_cap: WorkerCap,
+        (worklist, worker_cap, cpu_intensive): (Worklist, WorkerCap, Option<Duration>),
     ) -> usize {
         let attrs = PoolAttrs {
             topology: 0,
@@ -215,9 +225,10 @@ impl Sim<'_> {
             lock
         };
         let allowed = key.allowed_cpus().clone();
-        let running_cap = match worker_cap {
-            WorkerCap::PodCpus => key.concurrency(),
-            WorkerCap::Unlimited => usize::MAX,
+        // The kernel's unbound pools, which `Unlimited` models, have no count to leave.
+        let (running_cap, cpu_intensive) = match worker_cap {
+            WorkerCap::PodCpus => (key.concurrency(), cpu_intensive),
+            WorkerCap::Unlimited => (usize::MAX, None),
         };
         self.world.pools.push(Pool {
             running_cap,
@@ -239,6 +250,9 @@ impl Sim<'_> {
             nr_spinning: 0,
             spinners: Vec::new(),
             spin_for: IDLE_SPIN,
+            cpu_intensive,
+            out_for_long_items: 0,
+            single_takes: 0,
         });
         self.world.pools.len() - 1
     }
@@ -460,7 +474,13 @@ impl Sim<'_> {
         let p = &mut self.world.pools[pool];
         if let Some((item, pwq)) = p.worklist.pop_front() {
             let share = if p.batches {
-                batch_take(p.worklist.len() + 1, p.key.concurrency())
+                let one_at_a_time = p.single_takes > 0;
+                p.single_takes = p.single_takes.saturating_sub(1);
+                batch_take_after_long_items(
+                    p.worklist.len() + 1,
+                    p.key.concurrency(),
+                    one_at_a_time,
+                )
             } else {
                 1
             };
@@ -558,6 +578,7 @@ impl Sim<'_> {
     pub fn item_done(&mut self, tid: Tid, pwq: usize) {
         let pool = self.world.pwqs[pwq].pool;
         self.world.pools[pool].busy_ns += self.now - self.threads[tid].item_since;
+        self.long_item_ended(tid, pool);
         self.world.pools[pool].finished += 1;
         let (wq, slot) = (self.world.pwqs[pwq].wq, self.world.pwqs[pwq].slot);
         self.world.wqs[wq].slots[slot].nr -= 1;
@@ -606,12 +627,18 @@ impl Sim<'_> {
             self.push_item(tid, pool, item, pwq);
         }
         // The other pool's kick is done at once, its lock's cost not modelled.
+        self.kick_now(tid, pool);
+    }
+
+    /// Kicks `pool` for `by` and wakes or starts the worker chosen at once, with no
+    /// cost to `by`: a kick made outside the pool's own queuers and workers.
+    pub fn kick_now(&mut self, by: Tid, pool: usize) {
         let out = self.kick_locked(pool);
-        let cpu = self.threads[tid].cpu;
+        let cpu = self.threads[by].cpu;
         match out {
             KickOut::Nothing => {}
             KickOut::Wake(worker, repatriate) => self.wake_worker(worker, cpu, pool, repatriate),
-            KickOut::Create => self.spawn_worker(tid, pool),
+            KickOut::Create => self.spawn_worker(by, pool),
         }
     }
 

@@ -6,6 +6,7 @@ use podq_sim::{
     WorkerCap, Worklist, Workload,
 };
 use podq_topology::{Scope, Topology};
+use std::time::Duration;
 
 fn machine(name: &str) -> (Topology, podq_sim::CostParams) {
     let m = cost::machine(name).unwrap();
@@ -264,6 +265,43 @@ fn without_the_cap_preempted_workers_get_company() {
         unlimited > capped,
         "created {unlimited} without the cap, {capped} with it"
     );
+}
+
+/// The runtime's CPU-intensive rule: a worker whose item has run 10 ms leaves its
+/// one-CPU pod's running count, so the pool starts another worker for the items behind
+/// it; being non-strict, that one runs on the idle CPU. No more than one worker per pod
+/// CPU leaves the count, so the pool never has more than two.
+#[test]
+fn a_long_item_lets_another_worker_run_the_items_behind_it() {
+    let topo = Topology::synthetic("1s2c1t").unwrap();
+    let (_, params) = machine("xeon-12c");
+    let run_with = |threshold: Option<Duration>| {
+        let mut queue = QueueSpec::new("q", Scope::Cpu, false);
+        queue.cpu_intensive = threshold;
+        let spec = RunSpec {
+            workload: Workload::Throughput {
+                producer_cpus: vec![0],
+                depth: 6,
+                item_ns: 30_000_000,
+            },
+            queue,
+            length: RunLength::Items(12),
+            warmup: 0,
+            seed: 1,
+        };
+        let out = run(&topo, &params, &spec);
+        assert_eq!(out.segments[0].items, 12);
+        out
+    };
+    let off = run_with(None);
+    let on = run_with(Some(podq_policy::CPU_INTENSIVE_THRESHOLD));
+    let (off_c, on_c) = (&off.segments[0].counters, &on.segments[0].counters);
+    assert_eq!((off_c.cpu_intensive, off_c.workers_created), (0, 1));
+    assert!(on_c.cpu_intensive > 0, "{on_c:?}");
+    assert_eq!(on_c.workers_created, 2, "{on_c:?}");
+    // Twelve 30 ms items on one CPU take 360 ms; on two, not much over half that.
+    assert!(off.virtual_ns >= 360_000_000, "{}", off.virtual_ns);
+    assert!(on.virtual_ns < 250_000_000, "{}", on.virtual_ns);
 }
 
 #[test]

@@ -179,10 +179,7 @@ pub struct SimArgs {
     pub remote_free: RemoteFreeArg,
     /// CPU time of an item of `queue`, `latency` and `throughput`. The default stands
     /// for a small item; `podq bench`'s items spend none beyond their closure
-    /// (`--item-work 0s` there), which `podq bench X --sim` simulates as it is. The
-    /// simulated pools do not apply the runtime's CPU-intensive rule (a worker whose
-    /// item runs 10 ms leaves the running count), so items that long are simulated as
-    /// podq ran them before it.
+    /// (`--item-work 0s` there), which `podq bench X --sim` simulates as it is.
     #[arg(long, value_parser = humantime::parse_duration, default_value = "100ns")]
     pub item_work: Duration,
     /// `completion`: the CQ producers' priority: `high` preempts the workers on their
@@ -210,6 +207,13 @@ pub struct SimArgs {
     /// threads a pool).
     #[arg(long, value_enum, default_value = "pod-cpus")]
     pub worker_cap: WorkerCapArg,
+    /// The runtime's CPU-intensive rule: a worker whose item has run this long (at
+    /// least 1ms) leaves its pool's running count, so the pool wakes or starts another
+    /// for the items behind it (at most one more per pod CPU); `off` turns it off, as
+    /// `podq::watchdog::set_cpu_intensive_threshold(None)` does. Only with
+    /// `--worker-cap pod-cpus`: the kernel's unbound pools have no count to leave.
+    #[arg(long, value_parser = parse_cpu_intensive, default_value = "10ms")]
+    pub cpu_intensive: CpuIntensive,
     /// Random seed: the same inputs and seed give the same results.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
@@ -232,6 +236,24 @@ pub struct SimArgs {
     /// Refused: the simulator models podq only.
     #[arg(long, hide = true)]
     pub systems: Option<String>,
+}
+
+/// `--cpu-intensive`: a threshold, or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CpuIntensive(pub Option<Duration>);
+
+fn parse_cpu_intensive(text: &str) -> Result<CpuIntensive, String> {
+    if text == "off" {
+        return Ok(CpuIntensive(None));
+    }
+    let threshold = bench::parse_run_duration(text).map_err(|e| format!("{e}, or `off`"))?;
+    if threshold < podq::watchdog::MIN_THRESHOLD {
+        return Err(format!(
+            "`{text}` is shorter than {} (the runtime's shortest threshold), or `off`",
+            humantime::format_duration(podq::watchdog::MIN_THRESHOLD)
+        ));
+    }
+    Ok(CpuIntensive(Some(threshold)))
 }
 
 fn parse_scope(text: &str) -> Result<Scope, String> {
@@ -494,6 +516,7 @@ pub(crate) fn cases(args: &SimArgs, topology: &Topology) -> Result<Vec<Case>> {
                 );
                 spec.queue.worklist = args.worklist.into();
                 spec.queue.worker_cap = args.worker_cap.into();
+                spec.queue.cpu_intensive = args.cpu_intensive.0;
                 out.push(Case { spec });
             }
         }

@@ -88,6 +88,8 @@ pub struct SimInfo {
     pub workers_created: u64,
     /// Normal threads preempted by a waking high-priority CQ producer.
     pub preemptions: u64,
+    /// Workers taken out of their pool's running count for a long item.
+    pub cpu_intensive: u64,
     /// Time runnable but not running (schedstat's `run_delay`), ns: producers.
     pub run_delay_producers_ns: u64,
     /// The same for workers.
@@ -237,6 +239,7 @@ fn sim_info(setup: &Setup, done: &Done, seg: &SegmentOutput) -> SimInfo {
         repatriations: seg.counters.repatriations,
         workers_created: seg.counters.workers_created,
         preemptions: seg.counters.preemptions,
+        cpu_intensive: seg.counters.cpu_intensive,
         run_delay_producers_ns: seg.counters.run_delay_ns[0],
         run_delay_workers_ns: seg.counters.run_delay_ns[1],
         idle_per_node: seg.idle_per_node.clone(),
@@ -312,6 +315,7 @@ fn settings(args: &SimArgs) -> serde_json::Value {
         "worklist": format!("{:?}", args.worklist).to_lowercase(),
         "worker_cap": clap::ValueEnum::to_possible_value(&args.worker_cap)
             .map(|v| v.get_name().to_owned()),
+        "cpu_intensive": args.cpu_intensive.0.map(d),
         "item_work": d(args.item_work),
         "cq_work": d(args.cq_work),
         "rpciod_work": d(args.rpciod_work),
