@@ -56,7 +56,8 @@ Columns (per workqueue; counts since it was made, rates over the last interval):
   mayday   calls for the rescuer while no worker could be started
   rescued  items the rescuer ran
 A queue whose items the stall watchdog found stalled or running long gets a line
-below the table with the counts and the last stall.
+below the table with the counts and the last stall; CPU-intensive counts the workers
+its pools took out of their running count for an item past 10 ms.
 cpu_s, cont%, local%, the percentiles, mayday and rescued cover the pools the queue
 uses; pools are shared by queues with equal attributes. Then busy/idle per node and
 CPU (/proc/stat) and the busiest threads of the process (/proc/PID/task).
@@ -199,13 +200,14 @@ pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
         None => format!("{} switch(es)", a.switches),
     });
     let found = &stats.watchdog;
-    let watchdog = (found.stalls > 0 || found.long_items > 0).then(|| {
+    let out_of_count = sum(pools, |p| p.cpu_intensive).unwrap_or(0);
+    let watchdog = (found.stalls > 0 || found.long_items > 0 || out_of_count > 0).then(|| {
         let last = found
             .last_stall
             .as_ref()
             .map_or(String::new(), |s| format!("; last: {s}"));
         escape_controls(&format!(
-            "{} stall(s), {} long item(s){last}",
+            "{} stall(s), {} long item(s), {out_of_count} CPU-intensive{last}",
             found.stalls, found.long_items
         ))
         .into_owned()
@@ -766,9 +768,17 @@ mod tests {
         let table = render_table(&[wq_row(&stats)], &[], &[]);
         assert!(
             table.contains(
-                "nfsiod watchdog: 1 stall(s), 2 long item(s); last: pool 4 stalled: 3 items \
-                 pending and none started for 31s\n"
+                "nfsiod watchdog: 1 stall(s), 2 long item(s), 0 CPU-intensive; last: pool 4 \
+                 stalled: 3 items pending and none started for 31s\n"
             ),
+            "{table}"
+        );
+        // A pool's worker out of the count for a long item is a finding too.
+        let mut computing = wq("crunch", vec![pool(1, 1, 10)], 1, 1);
+        computing.pools[0].cpu_intensive = 3;
+        let table = render_table(&[wq_row(&computing)], &[], &[]);
+        assert!(
+            table.contains("crunch watchdog: 0 stall(s), 0 long item(s), 3 CPU-intensive\n"),
             "{table}"
         );
     }
