@@ -53,6 +53,16 @@ enum Action {
         /// The new default scope (not `default`).
         scope: Option<String>,
     },
+    /// Print a process-wide parameter, or set it and print the value read back:
+    /// `cpu_intensive_thresh_us` (µs) or `watchdog_thresh` (s), as the kernel's
+    /// workqueue module parameters; `0` turns the check off.
+    Param {
+        /// The parameter.
+        name: String,
+        /// The new value, a decimal integer in the parameter's unit.
+        #[arg(allow_hyphen_values = true)]
+        value: Option<String>,
+    },
     /// Make the process re-read its usable CPUs (online, affinity, cgroup cpuset) and
     /// re-pod its workqueues; prints the usable CPU list.
     Refresh,
@@ -112,6 +122,20 @@ pub fn run(args: CtlArgs) -> Result<()> {
                 value: scope.clone(),
             },
             "set the default scope".to_owned(),
+        ),
+        Action::Param { name, value: None } => (
+            Request::GetParam { name: name.clone() },
+            format!("get parameter {name}"),
+        ),
+        Action::Param {
+            name,
+            value: Some(value),
+        } => (
+            Request::SetParam {
+                name: name.clone(),
+                value: value.clone(),
+            },
+            format!("set parameter {name}"),
         ),
         Action::Refresh => (Request::Refresh, "refresh the usable CPUs".to_owned()),
         Action::Stats { wq } => (

@@ -206,6 +206,46 @@ fn ctl_reads_and_writes_attributes() {
     );
 }
 
+/// The target leaves the parameters to its default: this process's watchdog.
+#[test]
+fn ctl_reads_and_writes_the_process_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = server(dir.path());
+    let sock = server.path().to_str().unwrap();
+    let ctl = |rest: &[&str]| ctl_args(sock, rest);
+    assert_eq!(ok(&ctl(&["param", "cpu_intensive_thresh_us"])), "10000\n");
+    assert_eq!(ok(&ctl(&["param", "watchdog_thresh"])), "30\n");
+    assert_eq!(
+        ok(&ctl(&["param", "cpu_intensive_thresh_us", "25000"])),
+        "25000\n"
+    );
+    assert_eq!(
+        podq::watchdog::cpu_intensive_threshold(),
+        Some(std::time::Duration::from_millis(25))
+    );
+    assert_eq!(ok(&ctl(&["param", "cpu_intensive_thresh_us", "0"])), "0\n");
+    assert_eq!(podq::watchdog::cpu_intensive_threshold(), None);
+    assert_eq!(
+        ok(&ctl(&["param", "cpu_intensive_thresh_us", "10000"])),
+        "10000\n"
+    );
+    for (args, needle) in [
+        (
+            ctl(&["param", "watchdog_thresh", "-1"]),
+            "invalid value `-1` for watchdog_thresh: expected 0 (off) or a decimal integer \
+             in [1, 86400]",
+        ),
+        (
+            ctl(&["param", "hung_task_timeout"]),
+            "unknown parameter `hung_task_timeout`",
+        ),
+    ] {
+        let err = fails(&args, 1);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+    assert_eq!(ok(&ctl(&["param", "watchdog_thresh"])), "30\n");
+}
+
 #[test]
 fn ctl_errors_exit_1_with_the_servers_message() {
     let dir = tempfile::tempdir().unwrap();

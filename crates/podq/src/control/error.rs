@@ -31,6 +31,14 @@ pub enum ControlError {
         /// The name asked for.
         name: String,
     },
+    /// The parameter name is not one of the module parameters podq has.
+    #[error(
+        "unknown parameter `{name}` (expected one of cpu_intensive_thresh_us, watchdog_thresh)"
+    )]
+    UnknownParam {
+        /// The name asked for.
+        name: String,
+    },
     /// A live visible workqueue already has this name.
     #[error("a visible workqueue named `{name}` already exists")]
     NameTaken {
@@ -40,7 +48,7 @@ pub enum ControlError {
     /// The value cannot be written to the attribute.
     #[error("invalid value `{value}` for {attr}: {reason}")]
     InvalidValue {
-        /// The attribute (or `default_affinity_scope`).
+        /// The attribute (or `default_affinity_scope`, or a parameter).
         attr: &'static str,
         /// The value as written.
         value: String,

@@ -4,10 +4,11 @@
 
 use super::attr::{parse_default_scope, parse_value, Attr};
 use super::framer::{Frame, LineFramer};
+use super::param::{parse_param, Param};
 use super::{parse_request, ControlError, Request, MAX_REQUEST_BYTES};
 
-/// Frames `bytes` as a connection would and parses every request line; a `set` or
-/// `set_default_scope` value is also run through its parser. Returns each frame's
+/// Frames `bytes` as a connection would and parses every request line; a `set`,
+/// `set_default_scope` or `set_param` value is also run through its parser. Returns each frame's
 /// result in order (an over-long line is [`ControlError::TooLarge`]). Never panics.
 pub fn requests(bytes: &[u8]) -> Vec<Result<Request, ControlError>> {
     let mut framer = LineFramer::new(MAX_REQUEST_BYTES);
@@ -31,6 +32,11 @@ pub fn requests(bytes: &[u8]) -> Vec<Result<Request, ControlError>> {
                     Request::SetDefaultScope { value } => {
                         let _ = parse_default_scope(value);
                     }
+                    Request::SetParam { name, value } => {
+                        if let Ok(param) = name.parse::<Param>() {
+                            let _ = parse_param(param, value);
+                        }
+                    }
                     _ => {}
                 }
                 Ok(request)
@@ -39,9 +45,13 @@ pub fn requests(bytes: &[u8]) -> Vec<Result<Request, ControlError>> {
         .collect()
 }
 
-/// Runs `text` through every attribute's value parser, with a wide cpumask.
+/// Runs `text` through every attribute's value parser, with a wide cpumask, and every
+/// parameter's.
 pub fn attribute_values(text: &str) {
     for attr in Attr::ALL {
         let _ = parse_value(attr, text, 4096);
+    }
+    for param in Param::ALL {
+        let _ = parse_param(param, text);
     }
 }

@@ -1,9 +1,11 @@
-//! An in-memory [`ControlTarget`] for tests: three queues, a default scope, and a
-//! runtime-style refusal (`nice` -7) to exercise the `Rejected` path.
+//! An in-memory [`ControlTarget`] for tests: three queues, a default scope, the
+//! parameters, and a runtime-style refusal (`nice` -7) to exercise the `Rejected` path.
 
 use crate::sync::unmodelled::Mutex;
 
-use super::{AttrValue, ControlError, ControlTarget, QueueAttrs, QueueInfo};
+use std::time::Duration;
+
+use super::{AttrValue, ControlError, ControlTarget, Param, QueueAttrs, QueueInfo};
 use crate::stats::{Totals, WorkqueueStats};
 use crate::topology::{CpuSet, Scope};
 use crate::Attrs;
@@ -47,6 +49,8 @@ struct State {
     queues: Vec<QueueInfo>,
     /// L: the process default.
     default_scope: Scope,
+    /// L: the parameters, in [`Param::ALL`]'s order (the process's are left alone).
+    params: [Option<Duration>; 2],
 }
 
 pub(crate) struct MockTarget {
@@ -79,6 +83,10 @@ impl MockTarget {
                     queue("rpciod", attrs(Scope::Default, false)),
                 ],
                 default_scope: Scope::CacheShard,
+                params: [
+                    Some(Duration::from_millis(10)),
+                    Some(Duration::from_secs(30)),
+                ],
             }),
         }
     }
@@ -141,6 +149,15 @@ impl ControlTarget for MockTarget {
 
     fn set_default_scope(&self, scope: Scope) -> Result<(), ControlError> {
         self.state.lock().unwrap().default_scope = scope;
+        Ok(())
+    }
+
+    fn param(&self, param: Param) -> Option<Duration> {
+        self.state.lock().unwrap().params[param as usize]
+    }
+
+    fn set_param(&self, param: Param, value: Option<Duration>) -> Result<(), ControlError> {
+        self.state.lock().unwrap().params[param as usize] = value;
         Ok(())
     }
 

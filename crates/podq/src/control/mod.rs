@@ -1,7 +1,8 @@
 //! The control plane: a Unix-socket server through which another process (the
 //! `podq ctl` and `podq monitor` commands, or any client speaking the protocol) lists
 //! the workqueues that opted in, reads and writes their attributes with the kernel's
-//! sysfs value strings, changes the process-wide default scope and reads stats.
+//! sysfs value strings, changes the process-wide default scope and parameters (the
+//! kernel's workqueue module parameters) and reads stats.
 //!
 //! A service makes its workqueues visible and keeps the server's guard alive:
 //!
@@ -36,6 +37,7 @@ mod event_loop;
 mod framer;
 #[cfg(feature = "test-util")]
 pub mod fuzzing;
+mod param;
 mod protocol;
 mod registry;
 mod runtime;
@@ -51,6 +53,7 @@ pub use attr::{AttrValue, QueueAttrs};
 pub(crate) use attr::{AttrValue, QueueAttrs};
 pub use client::{Client, MAX_REPLY_BYTES};
 pub use error::{Cause, ControlError};
+pub use param::{Param, MAX_PARAM};
 pub use protocol::{
     parse_request, LeftAlone, PoolsView, QueueSummary, Reply, Request, WorkqueueLimits,
     MAX_REQUEST_BYTES,
@@ -135,6 +138,48 @@ mod tests {
         assert_eq!(
             run(r#"{"cmd":"set","queue":"nfsiod","attr":"affinity_strict","value":"5"}"#),
             Reply::value("1".into())
+        );
+    }
+
+    #[test]
+    fn parameters_are_read_and_written_in_their_units() {
+        let target = MockTarget::new();
+        let run = |line: &str| dispatch(&target, protocol::parse_request(line.as_bytes()).unwrap());
+        assert_eq!(
+            run(r#"{"cmd":"get_param","name":"cpu_intensive_thresh_us"}"#),
+            Reply::value("10000".into())
+        );
+        assert_eq!(
+            run(r#"{"cmd":"set_param","name":"cpu_intensive_thresh_us","value":"25000\n"}"#),
+            Reply::value("25000".into())
+        );
+        assert_eq!(
+            target.param(Param::CpuIntensiveThreshUs),
+            Some(std::time::Duration::from_millis(25))
+        );
+        assert_eq!(
+            run(r#"{"cmd":"set_param","name":"watchdog_thresh","value":"0"}"#),
+            Reply::value("0".into())
+        );
+        assert_eq!(target.param(Param::WatchdogThresh), None);
+        for (line, error) in [
+            (
+                r#"{"cmd":"set_param","name":"cpu_intensive_thresh_us","value":"500"}"#,
+                "invalid value `500` for cpu_intensive_thresh_us: expected 0 (off) or a \
+                 decimal integer in [1000, 86400000000]",
+            ),
+            (
+                r#"{"cmd":"get_param","name":"wq_watchdog_thresh"}"#,
+                "unknown parameter `wq_watchdog_thresh` (expected one of \
+                 cpu_intensive_thresh_us, watchdog_thresh)",
+            ),
+        ] {
+            assert_eq!(run(line).error_text(), Some(error), "{line}");
+        }
+        // A refused write changed nothing.
+        assert_eq!(
+            run(r#"{"cmd":"get_param","name":"cpu_intensive_thresh_us"}"#),
+            Reply::value("25000".into())
         );
     }
 

@@ -48,6 +48,21 @@ pub enum Request {
         /// The new default scope's name.
         value: String,
     },
+    /// `{"cmd":"get_param","name":P}`: a process-wide parameter's value string (the
+    /// kernel's workqueue module parameters: `cpu_intensive_thresh_us`,
+    /// `watchdog_thresh`).
+    GetParam {
+        /// The parameter.
+        name: String,
+    },
+    /// `{"cmd":"set_param","name":P,"value":V}`: write it; the reply carries the value
+    /// read back.
+    SetParam {
+        /// The parameter.
+        name: String,
+        /// The value, as written to the module parameter's file.
+        value: String,
+    },
     /// `{"cmd":"refresh"}`: re-read the usable CPUs and re-pod live workqueues
     /// ([`crate::topology::refresh`]); the reply's value is the usable CPU list.
     Refresh,
@@ -356,6 +371,8 @@ pub fn parse_request(line: &[u8]) -> Result<Request, ControlError> {
         Some("get") => Some(&["queue", "attr"]),
         Some("set") => Some(&["queue", "attr", "value"]),
         Some("set_default_scope") => Some(&["value"]),
+        Some("get_param") => Some(&["name"]),
+        Some("set_param") => Some(&["name", "value"]),
         Some("stats" | "dump") => Some(&["queue"]),
         // A missing or unknown `cmd`: serde names it below.
         _ => None,
@@ -394,6 +411,13 @@ mod tests {
             Request::GetDefaultScope,
             Request::SetDefaultScope {
                 value: "smt".into(),
+            },
+            Request::GetParam {
+                name: "watchdog_thresh".into(),
+            },
+            Request::SetParam {
+                name: "cpu_intensive_thresh_us".into(),
+                value: "20000\n".into(),
             },
             Request::Refresh,
             Request::Pools,
@@ -458,6 +482,15 @@ mod tests {
             (b"\xff\xfe", "malformed request"),
             (br#"["list"]"#, "expected a JSON object"),
             (br#"{"cmd":"refresh","queue":"a"}"#, "unknown field `queue`"),
+            (br#"{"cmd":"get_param"}"#, "missing field `name`"),
+            (
+                br#"{"cmd":"get_param","queue":"a","name":"x"}"#,
+                "unknown field `queue`",
+            ),
+            (
+                br#"{"cmd":"set_param","name":"watchdog_thresh"}"#,
+                "missing field `value`",
+            ),
             (
                 br#"{"cmd":"list","cmd":"refresh"}"#,
                 "malformed request: duplicate field `cmd`",

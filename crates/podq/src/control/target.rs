@@ -4,10 +4,12 @@
 
 use super::attr::{self, Attr, AttrValue, QueueAttrs};
 use super::error::chain_text;
+use super::param::{self, Param};
 use super::protocol::{PoolsView, WorkqueueLimits};
 use super::{ControlError, QueueSummary, Reply, Request};
 use crate::stats::WorkqueueStats;
 use crate::topology::Scope;
+use std::time::Duration;
 
 /// One visible workqueue: its name and requested attributes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -60,6 +62,28 @@ pub trait ControlTarget: Send + Sync {
     /// work items has no pools.
     fn pools(&self) -> Result<Vec<crate::WorkerPool>, ControlError> {
         Ok(Vec::new())
+    }
+
+    /// A process-wide parameter (`None`: its check is off). By default the process's
+    /// own watchdog's.
+    fn param(&self, param: Param) -> Option<Duration> {
+        match param {
+            Param::CpuIntensiveThreshUs => crate::watchdog::cpu_intensive_threshold(),
+            Param::WatchdogThresh => crate::watchdog::stall_threshold(),
+        }
+    }
+
+    /// Sets a process-wide parameter (`None` turns its check off), already parsed and
+    /// range-checked. By default the process's own watchdog's.
+    fn set_param(&self, param: Param, value: Option<Duration>) -> Result<(), ControlError> {
+        match param {
+            Param::CpuIntensiveThreshUs => crate::watchdog::set_cpu_intensive_threshold(value),
+            Param::WatchdogThresh => crate::watchdog::set_stall_threshold(value),
+        }
+        .map_err(|e| ControlError::Rejected {
+            what: param.name().to_owned(),
+            source: Box::new(e),
+        })
     }
 
     /// Re-reads the usable CPUs and re-pods live workqueues; says what it did.
@@ -125,6 +149,21 @@ fn try_dispatch(target: &dyn ControlTarget, request: Request) -> Result<Reply, C
             let scope = attr::parse_default_scope(&value)?;
             target.set_default_scope(scope)?;
             Ok(Reply::value(target.default_scope().name().to_owned()))
+        }
+        Request::GetParam { name } => {
+            let param: Param = name.parse()?;
+            Ok(Reply::value(param::format_param(
+                param,
+                target.param(param),
+            )))
+        }
+        Request::SetParam { name, value } => {
+            let param: Param = name.parse()?;
+            target.set_param(param, param::parse_param(param, &value)?)?;
+            Ok(Reply::value(param::format_param(
+                param,
+                target.param(param),
+            )))
         }
         Request::Refresh => Ok(Reply::refreshed(&target.refresh()?)),
         Request::Stats { queue } => {
