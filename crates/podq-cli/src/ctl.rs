@@ -7,7 +7,7 @@ use std::io::Write;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use podq::control::{escape_controls, PoolsView, QueueSummary, Request};
+use podq::control::{escape_controls, Param, PoolsView, QueueSummary, Request};
 use podq::CpuSet;
 use podq::WorkqueueStats;
 
@@ -53,12 +53,12 @@ enum Action {
         /// The new default scope (not `default`).
         scope: Option<String>,
     },
-    /// Print a process-wide parameter, or set it and print the value read back:
-    /// `cpu_intensive_thresh_us` (µs) or `watchdog_thresh` (s), as the kernel's
+    /// Print the process-wide parameters, or one, or set one and print the value read
+    /// back: `cpu_intensive_thresh_us` (µs) or `watchdog_thresh` (s), as the kernel's
     /// workqueue module parameters; `0` turns the check off.
     Param {
-        /// The parameter.
-        name: String,
+        /// The parameter (none: all of them, a line each).
+        name: Option<String>,
         /// The new value, a decimal integer in the parameter's unit.
         #[arg(allow_hyphen_values = true)]
         value: Option<String>,
@@ -123,12 +123,16 @@ pub fn run(args: CtlArgs) -> Result<()> {
             },
             "set the default scope".to_owned(),
         ),
-        Action::Param { name, value: None } => (
+        Action::Param { name: None, .. } => return print_params(&args.target),
+        Action::Param {
+            name: Some(name),
+            value: None,
+        } => (
             Request::GetParam { name: name.clone() },
             format!("get parameter {name}"),
         ),
         Action::Param {
-            name,
+            name: Some(name),
             value: Some(value),
         } => (
             Request::SetParam {
@@ -210,6 +214,22 @@ pub fn run(args: CtlArgs) -> Result<()> {
                 )?;
             }
         }
+    }
+    Ok(())
+}
+
+/// `param` without a name: each parameter and its value, a line each.
+fn print_params(target: &TargetArgs) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    for param in Param::ALL {
+        let request = Request::GetParam {
+            name: param.name().to_owned(),
+        };
+        let reply = target
+            .call_on(target.connect()?, &request)
+            .with_context(|| format!("cannot get parameter {param}"))?;
+        let value = reply.value.context("the server's reply has no value")?;
+        writeln!(out, "{param} {}", escape_controls(&value))?;
     }
     Ok(())
 }

@@ -213,6 +213,10 @@ fn ctl_reads_and_writes_the_process_parameters() {
     let server = server(dir.path());
     let sock = server.path().to_str().unwrap();
     let ctl = |rest: &[&str]| ctl_args(sock, rest);
+    assert_eq!(
+        ok(&ctl(&["param"])),
+        "cpu_intensive_thresh_us 10000\nwatchdog_thresh 30\n"
+    );
     assert_eq!(ok(&ctl(&["param", "cpu_intensive_thresh_us"])), "10000\n");
     assert_eq!(ok(&ctl(&["param", "watchdog_thresh"])), "30\n");
     assert_eq!(
