@@ -6,7 +6,9 @@
 //!
 //! Traffic, on a fake 16-CPU, 2-node topology (pods mapped onto the real CPUs), from
 //! [`PRODUCERS`] threads queueing from random virtual CPUs:
-//! - one-shot `spawn`s (1% panic; some joined, checking the result), re-queueable `Work`
+//! - one-shot `spawn`s (1% panic; one in [`LONG_ITEM_ODDS`] sleeps [`LONG_ITEM`] without
+//!   `podq::blocking`, so the CPU-intensive rule takes its worker out of the running
+//!   count while attributes change; some joined, checking the result), re-queueable `Work`
 //!   items queued, cancelled, `cancel_sync`ed and flushed, `DelayedWork` items armed,
 //!   re-armed (`mod_delayed`), cancelled and flushed, `flush`es of the whole queue, and
 //!   now and then a short-lived workqueue built, loaded and dropped;
@@ -46,6 +48,11 @@ const IDLE_TIMEOUT: Duration = Duration::from_millis(100);
 /// what a leak of one allocation per item would reach over a run.
 const RSS_GROWTH_LIMIT: u64 = 64 << 20;
 const PANIC_TAG: &str = "soak-panic";
+/// One spawn in this many is a long item.
+const LONG_ITEM_ODDS: u64 = 2000;
+/// How long a long item sleeps: past the CPU-intensive threshold (10 ms) plus the
+/// watchdog's look period, so its worker leaves the running count.
+const LONG_ITEM: Duration = Duration::from_millis(25);
 /// How long producers may take to settle (flush everything) once the run is over.
 const SETTLE_LIMIT: Duration = Duration::from_secs(120);
 
@@ -109,6 +116,7 @@ struct Tally {
     cancelled: AtomicU64,
     panics_injected: AtomicU64,
     panics_seen: AtomicU64,
+    long_items: AtomicU64,
     joins: AtomicU64,
     flushes: AtomicU64,
     churn_wqs: AtomicU64,
@@ -163,9 +171,13 @@ struct Producer<'a> {
 impl Producer<'_> {
     fn spawn_one(&mut self) {
         let panic = self.rng.below(100) == 0;
+        let long = self.rng.below(LONG_ITEM_ODDS) == 0;
         let value = self.rng.next();
         let (mine, tally) = (self.my_ran.clone(), self.tally.clone());
         let result = self.wq.try_spawn(move || {
+            if long {
+                std::thread::sleep(LONG_ITEM);
+            }
             mine.fetch_add(1, SeqCst);
             tally.spawn_ran.fetch_add(1, SeqCst);
             if panic {
@@ -179,6 +191,9 @@ impl Producer<'_> {
                 self.tally.spawned.fetch_add(1, SeqCst);
                 if panic {
                     self.tally.panics_injected.fetch_add(1, SeqCst);
+                }
+                if long {
+                    self.tally.long_items.fetch_add(1, SeqCst);
                 }
                 if self.rng.below(10) == 0 {
                     self.joins.push((handle, panic, value));
@@ -634,7 +649,8 @@ fn soak_mixed_traffic_counts_every_item() {
 
     eprintln!(
         "soak: {secs} s, {steps} steps, {} spawns + {} work runs ({} accepted, {} cancelled), \
-         {} panics injected and counted, {} flushes, {} joins, {} attribute changes, \
+         {} panics injected and counted, {} long items, {} flushes, {} joins, \
+         {} attribute changes, \
          {} workqueues built and dropped, {} refused while draining; \
          RSS warm {:.1} MiB, end {:.1} MiB, max {:.1} MiB (growth {:.1} MiB); \
          threads start {threads_start}, max {threads_max}, idle {threads_idle} \
@@ -644,6 +660,7 @@ fn soak_mixed_traffic_counts_every_item() {
         get(&t.work_accepted),
         get(&t.cancelled),
         get(&t.panics_injected),
+        get(&t.long_items),
         get(&t.flushes),
         get(&t.joins),
         changes.load(SeqCst),
