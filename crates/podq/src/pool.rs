@@ -417,10 +417,11 @@ impl PoolCore {
         (st.nr_workers, st.idle.len())
     }
 
-    /// Workers counted as running now (`Counts::running`).
-    pub(crate) fn running_workers(&self) -> usize {
-        let _st = lock(&self.state);
-        self.counts.running.load(SeqCst)
+    /// Workers counted as running now (`Counts::running`), and workers out of that
+    /// count for a long item.
+    pub(crate) fn running_workers(&self) -> (usize, usize) {
+        let st = lock(&self.state);
+        (self.counts.running.load(SeqCst), st.out_for_long_items)
     }
 
     /// The load under the pool lock ([`PoolState::load`]).

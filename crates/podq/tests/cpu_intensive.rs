@@ -185,6 +185,21 @@ fn after_a_long_item_the_pool_takes_its_items_one_at_a_time_and_at_most_doubles(
             })
         })
         .collect();
+    // Meanwhile the dump shows the worker out of the count, never more than one.
+    let mut most_out = 0;
+    while waiting.iter().any(|item| !item.is_finished()) {
+        let dump = wq.dump();
+        let out = dump.pools[0].out_for_long_items;
+        most_out = most_out.max(out);
+        if out == 1 {
+            assert!(
+                dump.to_string()
+                    .contains("1 out of the count for a long item"),
+                "{dump}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
     for item in waiting {
         item.join().unwrap();
     }
@@ -193,6 +208,7 @@ fn after_a_long_item_the_pool_takes_its_items_one_at_a_time_and_at_most_doubles(
         2,
         "the waiting items overlapped, two at most"
     );
+    assert_eq!(most_out, 1, "one worker out of the count at most");
     all_idle_and_none_counted(&wq);
 }
 

@@ -118,6 +118,10 @@ pub struct PoolDump {
     /// ([`crate::watchdog::set_cpu_intensive_threshold`]), which do not count.
     #[serde(default)]
     pub running: usize,
+    /// Workers out of the running count for an item past the CPU-intensive threshold:
+    /// at most one per pod CPU.
+    #[serde(default)]
+    pub out_for_long_items: usize,
     /// Items on its worklist (active, not yet taken by a worker).
     pub worklist: usize,
     /// How long it has had pending items and no worker progress, as the stall
@@ -164,6 +168,7 @@ impl WqShared {
                 let core = &pwq.pool.core;
                 if pools.iter().all(|p| p.id != core.id) {
                     let (workers, idle) = core.worker_counts();
+                    let (running, out_for_long_items) = core.running_workers();
                     pools.push(PoolDump {
                         id: core.id,
                         pod_cpus: core.key.pod.to_list(),
@@ -171,7 +176,8 @@ impl WqShared {
                         nice: core.key.nice,
                         workers,
                         idle,
-                        running: core.running_workers(),
+                        running,
+                        out_for_long_items,
                         worklist: core.worklist_len(),
                         no_progress_for: watchdog::stuck_since(core.id).map(|t| now - t),
                     });
@@ -305,10 +311,14 @@ impl fmt::Display for WorkqueueDump {
             let stuck = p
                 .no_progress_for
                 .map_or(String::new(), |d| format!(", no progress for {d:.1?}"));
+            let out = match p.out_for_long_items {
+                0 => String::new(),
+                n => format!(" ({n} out of the count for a long item)"),
+            };
             writeln!(
                 f,
-                "  pool {} (cpus {}{}, nice {}): {} workers, {} idle, {} counted running, {} on \
-                 the worklist{stuck}",
+                "  pool {} (cpus {}{}, nice {}): {} workers, {} idle, {} counted running{out}, \
+                 {} on the worklist{stuck}",
                 p.id,
                 p.pod_cpus,
                 if p.strict { ", strict" } else { "" },
