@@ -304,6 +304,45 @@ fn a_long_item_lets_another_worker_run_the_items_behind_it() {
     assert!(on.virtual_ns < 250_000_000, "{}", on.virtual_ns);
 }
 
+/// With the runtime's worklist a worker claims a share of the waiting items; after an
+/// item ran past the CPU-intensive threshold the pool's claims take one item each, so
+/// the items behind a long one are not held in its worker's batch. Two CPUs: at most
+/// two more workers.
+#[test]
+fn after_a_long_item_claims_take_one_item_each() {
+    let topo = Topology::synthetic("1s2c1t").unwrap();
+    let (_, params) = machine("xeon-12c");
+    let run_with = |threshold: Option<Duration>| {
+        let queue = QueueSpec {
+            worklist: Worklist::Ring,
+            cpu_intensive: threshold,
+            ..QueueSpec::new("q", Scope::Cache, false)
+        };
+        let spec = RunSpec {
+            workload: Workload::Throughput {
+                producer_cpus: vec![0],
+                depth: 16,
+                item_ns: 20_000_000,
+            },
+            queue,
+            length: RunLength::Items(48),
+            warmup: 0,
+            seed: 1,
+        };
+        let out = run(&topo, &params, &spec);
+        let s = &out.segments[0];
+        assert_eq!(s.items, 48);
+        (s.pool_locks.dequeue.acquisitions, s.counters.clone())
+    };
+    let (batched, off) = run_with(None);
+    let (single, on) = run_with(Some(podq_policy::CPU_INTENSIVE_THRESHOLD));
+    assert!(batched <= 24, "{batched} claims for 48 items in batches");
+    assert!(single >= 46, "{single} claims for 48 items one at a time");
+    assert_eq!((off.cpu_intensive, off.workers_created), (0, 2));
+    assert!(on.cpu_intensive > 0, "{on:?}");
+    assert!(on.workers_created <= 4, "{on:?}");
+}
+
 #[test]
 fn strict_cpu_pods_run_every_item_where_it_was_queued() {
     let (topo, params) = machine("xeon-12c");
