@@ -6,7 +6,6 @@ use podq_sim::{
     WorkerCap, Worklist, Workload,
 };
 use podq_topology::{Scope, Topology};
-use std::time::Duration;
 
 fn machine(name: &str) -> (Topology, podq_sim::CostParams) {
     let m = cost::machine(name).unwrap();
@@ -267,34 +266,38 @@ fn without_the_cap_preempted_workers_get_company() {
     );
 }
 
+/// One producer on CPU 0 of a 2-CPU machine keeping `depth` items of `item_ms` in
+/// flight on `queue`, until it ran `items`, with the CPU-intensive rule on or off.
+fn long_items(queue: QueueSpec, depth: usize, item_ms: u64, items: u64, on: bool) -> SimOutput {
+    let topo = Topology::synthetic("1s2c1t").unwrap();
+    let (_, params) = machine("xeon-12c");
+    let spec = RunSpec {
+        workload: Workload::Throughput {
+            producer_cpus: vec![0],
+            depth,
+            item_ns: item_ms * 1_000_000,
+        },
+        queue: QueueSpec {
+            cpu_intensive: on.then_some(podq_policy::CPU_INTENSIVE_THRESHOLD),
+            ..queue
+        },
+        length: RunLength::Items(items),
+        warmup: 0,
+        seed: 1,
+    };
+    let out = run(&topo, &params, &spec);
+    assert_eq!(out.segments[0].items, items);
+    out
+}
+
 /// The runtime's CPU-intensive rule: a worker whose item has run 10 ms leaves its
 /// one-CPU pod's running count, so the pool starts another worker for the items behind
 /// it; being non-strict, that one runs on the idle CPU. No more than one worker per pod
 /// CPU leaves the count, so the pool never has more than two.
 #[test]
 fn a_long_item_lets_another_worker_run_the_items_behind_it() {
-    let topo = Topology::synthetic("1s2c1t").unwrap();
-    let (_, params) = machine("xeon-12c");
-    let run_with = |threshold: Option<Duration>| {
-        let mut queue = QueueSpec::new("q", Scope::Cpu, false);
-        queue.cpu_intensive = threshold;
-        let spec = RunSpec {
-            workload: Workload::Throughput {
-                producer_cpus: vec![0],
-                depth: 6,
-                item_ns: 30_000_000,
-            },
-            queue,
-            length: RunLength::Items(12),
-            warmup: 0,
-            seed: 1,
-        };
-        let out = run(&topo, &params, &spec);
-        assert_eq!(out.segments[0].items, 12);
-        out
-    };
-    let off = run_with(None);
-    let on = run_with(Some(podq_policy::CPU_INTENSIVE_THRESHOLD));
+    let run_with = |on| long_items(QueueSpec::new("q", Scope::Cpu, false), 6, 30, 12, on);
+    let (off, on) = (run_with(false), run_with(true));
     let (off_c, on_c) = (&off.segments[0].counters, &on.segments[0].counters);
     assert_eq!((off_c.cpu_intensive, off_c.workers_created), (0, 1));
     assert!(on_c.cpu_intensive > 0, "{on_c:?}");
@@ -310,32 +313,16 @@ fn a_long_item_lets_another_worker_run_the_items_behind_it() {
 /// two more workers.
 #[test]
 fn after_a_long_item_claims_take_one_item_each() {
-    let topo = Topology::synthetic("1s2c1t").unwrap();
-    let (_, params) = machine("xeon-12c");
-    let run_with = |threshold: Option<Duration>| {
-        let queue = QueueSpec {
-            worklist: Worklist::Ring,
-            cpu_intensive: threshold,
-            ..QueueSpec::new("q", Scope::Cache, false)
-        };
-        let spec = RunSpec {
-            workload: Workload::Throughput {
-                producer_cpus: vec![0],
-                depth: 16,
-                item_ns: 20_000_000,
-            },
-            queue,
-            length: RunLength::Items(48),
-            warmup: 0,
-            seed: 1,
-        };
-        let out = run(&topo, &params, &spec);
+    let ring = QueueSpec {
+        worklist: Worklist::Ring,
+        ..QueueSpec::new("q", Scope::Cache, false)
+    };
+    let run_with = |on| {
+        let out = long_items(ring.clone(), 16, 20, 48, on);
         let s = &out.segments[0];
-        assert_eq!(s.items, 48);
         (s.pool_locks.dequeue.acquisitions, s.counters.clone())
     };
-    let (batched, off) = run_with(None);
-    let (single, on) = run_with(Some(podq_policy::CPU_INTENSIVE_THRESHOLD));
+    let ((batched, off), (single, on)) = (run_with(false), run_with(true));
     assert!(batched <= 24, "{batched} claims for 48 items in batches");
     assert!(single >= 46, "{single} claims for 48 items one at a time");
     assert_eq!((off.cpu_intensive, off.workers_created), (0, 2));
