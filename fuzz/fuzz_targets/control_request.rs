@@ -1,5 +1,6 @@
 //! Fuzzes the control server's input path: framing, request parsing and the attribute
-//! value parsers. Any panic is a bug; errors are the expected answer to bad input.
+//! and parameter value parsers. Any panic is a bug; errors are the expected answer to
+//! bad input.
 //!
 //! `cargo +nightly fuzz run control_request fuzz/corpus/control_request`
 #![no_main]
