@@ -169,8 +169,7 @@ impl PoolCore {
     fn count_again(&self, beat: &Beat) {
         let mut st = crate::sync::lock(&self.state);
         if beat.undo_demotion(true) {
-            st.out_for_long_items -= 1;
-            self.counts.running.fetch_add(1, SeqCst);
+            self.back_in_count(&mut st);
         }
     }
 
@@ -202,8 +201,14 @@ impl PoolCore {
     /// calling worker stands demoted: before it changes its running count itself.
     pub(super) fn count_me_again_locked(&self, st: &mut PoolState) {
         if busy::undo_my_demotion() {
-            st.out_for_long_items -= 1;
-            self.counts.running.fetch_add(1, SeqCst);
+            self.back_in_count(st);
         }
+    }
+
+    /// A demotion was undone (pool lock, `st`): its worker leaves the pool's workers out
+    /// for long items and counts as running again.
+    fn back_in_count(&self, st: &mut PoolState) {
+        st.out_for_long_items -= 1;
+        self.counts.running.fetch_add(1, SeqCst);
     }
 }
