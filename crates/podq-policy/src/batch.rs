@@ -10,7 +10,8 @@ pub const MAX_BATCH: usize = 32;
 /// Departure from the kernel: a kernel worker takes one item per acquisition of the
 /// pool lock. Taking a share amortises the lock over many tiny items, and never takes
 /// more than the worker's share, so other running workers still find items. Items a
-/// worker took but has not started go back to the worklist when it blocks.
+/// worker took but has not started go back to the worklist when it blocks, or when the
+/// watchdog takes it out of the count for a long item.
 pub fn batch_take(waiting: usize, concurrency: usize) -> usize {
     (waiting / concurrency.max(1)).clamp(1, MAX_BATCH)
 }
@@ -18,12 +19,13 @@ pub fn batch_take(waiting: usize, concurrency: usize) -> usize {
 /// Claims a pool's workers make one item at a time after one of its items ran past the
 /// CPU-intensive threshold ([`crate::cpu_intensive`]), instead of their share.
 ///
-/// A worker's batch is its own: when the watchdog takes a worker with a long item out
-/// of the count, the items it took with that item still wait for it, whatever other
-/// worker the pool starts. Where one item ran that long others may too, and the claim
-/// a batch saves is nothing beside an item of milliseconds; so, after each such item,
-/// the pool's next claims take one item each, as the kernel's workers always do.
-/// Where items are tiny, this many single claims cost a few microseconds once.
+/// When the watchdog takes a worker with a long item out of the count, the items it took
+/// with that item go back to the worklist, but only then, a threshold after they were
+/// taken, and not from workers that stay in the count because enough are out already.
+/// Where one item ran that long others may too, and the claim a batch saves is nothing
+/// beside an item of milliseconds; so, after each such item, the pool's next claims
+/// take one item each, as the kernel's workers always do. Where items are tiny, this
+/// many single claims cost a few microseconds once.
 pub const SINGLE_TAKES_AFTER_LONG_ITEM: u32 = 64;
 
 /// [`batch_take`], or one item while the pool takes items one at a time after a long

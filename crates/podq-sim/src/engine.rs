@@ -181,6 +181,9 @@ pub struct Counters {
     /// Workers taken out of their pool's running count for a long item
     /// ([`crate::long_items`]).
     pub cpu_intensive: u64,
+    /// Items such a worker had taken and not started, put back at the front of the
+    /// worklist as it left the count.
+    pub handed_back: u64,
 }
 
 /// The whole simulated machine.

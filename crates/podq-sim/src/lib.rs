@@ -487,6 +487,7 @@ fn counters_since(b: &Counters, a: &Counters) -> Counters {
         ],
         preemptions: b.preemptions - a.preemptions,
         cpu_intensive: b.cpu_intensive - a.cpu_intensive,
+        handed_back: b.handed_back - a.handed_back,
     }
 }
 

@@ -65,6 +65,13 @@ pub struct Lock {
     pub counts: [LockCounts; 3],
 }
 
+impl Lock {
+    /// Whether thread `tid` holds it.
+    pub fn held_by(&self, tid: Tid) -> bool {
+        self.holder == Some(tid)
+    }
+}
+
 fn index(side: Side) -> usize {
     match side {
         Side::Enqueue => 0,

@@ -2,8 +2,9 @@
 //! every `cpu_intensive_look_period`, takes a worker whose item has run past the
 //! threshold out of its pool's running count (at most as many as the pool's CPUs,
 //! `may_leave_count`) and kicks the pool, so the items behind it get another worker;
-//! the pool's next claims take one item each (`SINGLE_TAKES_AFTER_LONG_ITEM`), and the
-//! worker counts again when its item ends. The runtime's look measures a run from the
+//! the items in the worker's batch go back to the worklist's front, the pool's next
+//! claims take one item each (`SINGLE_TAKES_AFTER_LONG_ITEM`), and the worker counts
+//! again when its item ends. The runtime's look measures a run from the
 //! first look that saw it; the model from the item's start, which makes a demotion
 //! happen up to one look period sooner. The watchdog thread itself, its doze while no
 //! item runs and its CPU time are not modelled.
@@ -49,9 +50,17 @@ impl Sim<'_> {
         }
     }
 
+    /// Takes worker `tid` out of its pool's count and hands the items of its batch back
+    /// to the front of the worklist, in their order, as the runtime's watchdog does.
     fn leave_count(&mut self, tid: Tid, pool: usize) {
         self.threads[tid].out_of_count = true;
+        let batch = std::mem::take(&mut self.threads[tid].batch);
+        self.counters.handed_back += batch.len() as u64;
         let p = &mut self.world.pools[pool];
+        p.taken -= batch.len() as u64;
+        for entry in batch.into_iter().rev() {
+            p.worklist.push_front(entry);
+        }
         p.out_for_long_items += 1;
         p.nr_running -= 1;
         p.single_takes = SINGLE_TAKES_AFTER_LONG_ITEM;

@@ -583,8 +583,18 @@ impl Sim<'_> {
         let (wq, slot) = (self.world.pwqs[pwq].wq, self.world.pwqs[pwq].slot);
         self.world.wqs[wq].slots[slot].nr -= 1;
         self.activate_pending(tid, wq, slot);
+        let take_lock = self.world.pools[pool].take_lock;
         match self.threads[tid].batch.pop_front() {
             Some((item, pwq)) => self.push_ops(tid, &[Op::Do(Act::RunItem { item, pwq })]),
+            // The watchdog handed its batch back during the item (`long_items.rs`), so
+            // it ended the item without the lock `run_item` plans for an empty batch.
+            None if !self.locks[take_lock].held_by(tid) => self.push_ops(
+                tid,
+                &[
+                    Op::Lock(take_lock, crate::lock::Side::Dequeue),
+                    Op::Do(Act::WorkerTake),
+                ],
+            ),
             None => self.worker_take(tid),
         }
     }

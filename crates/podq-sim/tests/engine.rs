@@ -308,9 +308,9 @@ fn a_long_item_lets_another_worker_run_the_items_behind_it() {
 }
 
 /// With the runtime's worklist a worker claims a share of the waiting items; after an
-/// item ran past the CPU-intensive threshold the pool's claims take one item each, so
-/// the items behind a long one are not held in its worker's batch. Two CPUs: at most
-/// two more workers.
+/// item ran past the CPU-intensive threshold its worker's batch goes back to the
+/// worklist and the pool's claims take one item each, so the items behind a long one
+/// are not held in its worker's batch. Two CPUs: at most two more workers.
 #[test]
 fn after_a_long_item_claims_take_one_item_each() {
     let ring = QueueSpec {
@@ -328,6 +328,9 @@ fn after_a_long_item_claims_take_one_item_each() {
     assert_eq!((off.cpu_intensive, off.workers_created), (0, 2));
     assert!(on.cpu_intensive > 0, "{on:?}");
     assert!(on.workers_created <= 4, "{on:?}");
+    // A worker taken out of the count puts the rest of its batch back.
+    assert_eq!(off.handed_back, 0);
+    assert!(on.handed_back > 0, "{on:?}");
 }
 
 #[test]

@@ -21,6 +21,7 @@
 use std::cell::{Cell, RefCell};
 use std::sync::{Arc, Weak};
 
+use crate::fence;
 use crate::sync::unmodelled::Mutex;
 
 use crate::sync::lock_std as lock;
@@ -109,12 +110,15 @@ impl Beat {
 
     /// Its thread's item ended. Returns whether the thread stands demoted (its pool
     /// should count it again: [`Beat::undo_demotion`]); a demotion stored at the same
-    /// moment may be missed, and the watchdog undoes it later (`pool/intensive.rs`).
+    /// moment may be missed, and the watchdog undoes it later (`pool/intensive.rs`),
+    /// but not one that [`Beat::sees_demotion`] confirmed.
     #[inline]
     fn end(&self) -> bool {
         let word = self.word.load(Relaxed);
         // Even, and one further: the next run's word differs from this one's.
         self.word.store(word + (word & 1), Release);
+        // Pairs with the heavy fence in `sees_demotion`.
+        fence::light();
         self.standing.load(Relaxed) & 1 == 1
     }
 
@@ -129,6 +133,16 @@ impl Beat {
                 .standing
                 .compare_exchange(COUNTED, word, AcqRel, Relaxed)
                 .is_ok()
+    }
+
+    /// Watchdog, after [`Beat::demote`] took run `word` out of the count: whether the
+    /// worker is sure to see that demotion when the run ends, and so to take its pool
+    /// lock before it touches its batch again (`PoolCore::count_me_again`). The
+    /// demotion's CAS, a heavy fence, then the word: pairs with the run's end, which
+    /// stores the even word, fences lightly, then loads `standing`. `false` where the
+    /// run ended already, or the heavy fence is not available.
+    pub(crate) fn sees_demotion(&self, word: u64) -> bool {
+        fence::heavy() && self.word.load(Relaxed) == word
     }
 
     /// Undoes the demotion in force, if any (with `only_if_ended`, only once its run
@@ -327,6 +341,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::{Beat, COUNTED};
+    use crate::sync::UnsafeCell;
     use loom::sync::{Arc, Mutex};
 
     /// A worker runs two items (workqueue 1 on pool 10, then 2 on 20) while a reader
@@ -431,6 +446,56 @@ mod loom_tests {
     #[test]
     fn loom_a_demotion_is_undone_once() {
         loom::model(|| against_the_watchdog(end_and_go_idle));
+    }
+
+    /// A worker's run ends while the watchdog demotes it and, if `Beat::sees_demotion`
+    /// says the worker will see that, empties its batch (`PoolCore::demote`), all
+    /// under the pool lock; the worker then takes the next item of its batch, after
+    /// the locked undo if it saw its demotion (`execute`, then `work_loop`). The batch
+    /// is a cell whose accesses loom checks: in every interleaving they are ordered,
+    /// and an item is taken by one side only. It fails with either fence left out: the
+    /// worker may then miss a demotion that the watchdog confirmed, and pop its batch
+    /// while the watchdog empties it.
+    #[test]
+    fn loom_a_demoted_workers_batch_is_taken_by_one_thread_at_a_time() {
+        loom::model(|| {
+            let beat = Arc::new(Beat::new("worker".into()));
+            let running: Running = Arc::new(Mutex::new(1));
+            let batch = Arc::new(UnsafeCell::new(vec![7u32]));
+            beat.start(1, 10);
+            let worker = {
+                let (beat, running, batch) = (beat.clone(), running.clone(), batch.clone());
+                loom::thread::spawn(move || {
+                    if beat.end() {
+                        let mut count = running.lock().unwrap();
+                        if beat.undo_demotion(false) {
+                            *count += 1;
+                        }
+                    }
+                    // SAFETY: the protocol under test; loom reports an unordered access.
+                    batch.with_mut(|items| unsafe { (*items).pop() })
+                })
+            };
+            let taken = {
+                let mut count = running.lock().unwrap();
+                let demoted = beat.demote(1);
+                if demoted {
+                    *count -= 1;
+                }
+                if demoted && beat.sees_demotion(1) {
+                    // SAFETY: as above.
+                    batch.with_mut(|items| unsafe { (*items).pop() })
+                } else {
+                    None
+                }
+            };
+            let popped = worker.join().unwrap();
+            assert_eq!(
+                u32::from(taken.is_some()) + u32::from(popped.is_some()),
+                1,
+                "the item went to exactly one side"
+            );
+        });
     }
 
     /// The same with a `blocking` section inside the run (`PoolCore::enter_blocking`

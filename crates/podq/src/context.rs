@@ -24,10 +24,53 @@ thread_local! {
     /// W: address of the work item this thread runs (0: none).
     static RUNNING_WORK: Cell<usize> = const { Cell::new(0) };
     /// W: items this worker took from its pool's worklist and has not started, oldest
-    /// first (given back to the worklist when it blocks).
+    /// first (given back to the worklist when it blocks). The one exception to W: the
+    /// watchdog takes it back for the worklist while the worker runs a demoted item
+    /// ([`BatchRef::hand_back`]).
     pub(crate) static BATCH: RefCell<VecDeque<Entry>> = const { RefCell::new(VecDeque::new()) };
     /// W: finished items whose accounting this worker holds (`workqueue/completions.rs`).
     pub(crate) static COMPLETIONS: RefCell<Completions> = const { RefCell::new(Completions::new()) };
+}
+
+/// A pool worker's [`BATCH`], as the watchdog reaches it to hand the items of a worker
+/// it took out of the count back to the worklist (`pool/intensive.rs`).
+#[derive(Clone, Copy)]
+pub(crate) struct BatchRef(*const RefCell<VecDeque<Entry>>);
+
+// SAFETY: the pointer is dereferenced only in `hand_back`, whose contract makes that
+// access exclusive and ordered with the owning thread's; elsewhere it is only copied.
+unsafe impl Send for BatchRef {}
+// SAFETY: as for `Send`: shared copies are only passed along.
+unsafe impl Sync for BatchRef {}
+
+impl BatchRef {
+    /// The calling thread's batch.
+    pub(crate) fn mine() -> BatchRef {
+        BATCH.with(|b| BatchRef(b))
+    }
+
+    /// Empties the batch into `into`, oldest first, from another thread; returns how
+    /// many items it moved.
+    ///
+    /// # Safety
+    ///
+    /// The caller holds the owning worker's pool lock, and the worker runs an item
+    /// that it will end by taking that lock before it touches its batch again (its
+    /// demotion, confirmed by `Beat::sees_demotion`). So the thread and its
+    /// thread-local are alive, the worker holds no borrow of the batch (it borrows it
+    /// only between items, and in `blocking()` under the pool lock), and its next
+    /// access comes after the caller's unlock.
+    pub(crate) unsafe fn hand_back(self, into: impl FnOnce(&mut VecDeque<Entry>)) -> usize {
+        // SAFETY: by the contract above, the cell is alive and no other access to it
+        // runs now; `try_borrow_mut` still refuses rather than aliasing a borrow.
+        let cell = unsafe { &*self.0 };
+        let Ok(mut batch) = cell.try_borrow_mut() else {
+            return 0;
+        };
+        let n = batch.len();
+        into(&mut batch);
+        n
+    }
 }
 
 /// Accounts a finished (`ran`) or dropped item through the calling thread's held

@@ -135,6 +135,7 @@ mod delayed;
 mod entry;
 mod error;
 pub mod fault;
+mod fence;
 mod global;
 mod join;
 mod lease;

@@ -478,7 +478,6 @@ impl PoolCore {
     /// has not started go back to the worklist, and it stops counting as running, so
     /// another worker may be woken or started for them.
     fn enter_blocking(self: &Arc<Self>) {
-        BATCH.with(|b| self.worklist.push_front_all(&mut b.borrow_mut()));
         // What this item waits for may need the slots, or the flush accounting, of
         // items this worker finished before it.
         context::settle_completions();
@@ -489,6 +488,9 @@ impl PoolCore {
         } else {
             self.counts.running.fetch_sub(1, SeqCst);
         }
+        // Under the pool lock, once out of the watchdog's reach: a demotion may have
+        // taken the batch before (`intensive.rs`), none can now.
+        BATCH.with(|b| self.worklist.push_front_all(&mut b.borrow_mut()));
         let action = self.kick_locked(&mut st);
         drop(st);
         self.act(action);

@@ -106,10 +106,11 @@ pub fn long_item_threshold() -> Option<Duration> {
 /// kernel does for its per-CPU pools (`policy::cpu_intensive`). Default 10 ms; refused
 /// below 1 ms. Counted per pool in [`crate::stats::PoolStats::cpu_intensive`].
 ///
-/// At most as many workers as the pool has CPUs are out of the count at a time. Items
-/// the worker had already taken into its batch still wait for it; an item that waits
-/// for another item must still wrap the wait in [`crate::blocking`], which also hands
-/// that batch back and has no such bound.
+/// The items the worker had taken with that item and not started go back to the front
+/// of the pool's worklist for the other workers (counted in
+/// [`crate::stats::PoolStats::handed_back`]). At most as many workers as the pool has
+/// CPUs are out of the count at a time; an item that waits for another item should
+/// still wrap the wait in [`crate::blocking`], which has no such bound and no delay.
 pub fn set_cpu_intensive_threshold(threshold: Option<Duration>) -> Result<(), Error> {
     store(&INTENSIVE_NS, "cpu-intensive", threshold)
 }

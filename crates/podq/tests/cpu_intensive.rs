@@ -163,15 +163,60 @@ fn a_computing_item_lets_the_items_behind_run_and_counts_again_when_done() {
 }
 
 #[test]
+fn the_items_taken_with_a_computing_item_run_while_it_computes() {
+    let _turn = one_at_a_time();
+    // A pool of its own (nice 1): no single claims left from another test's long item.
+    let wq = Workqueue::builder("ci-batch")
+        .topology(Topology::synthetic("1s1c1t").unwrap())
+        .nice(1)
+        .build()
+        .unwrap();
+    // Frozen, the four items wait together; thawed, they reach the worklist in one
+    // push, and the pool's only worker takes them in one batch.
+    wq.freeze().unwrap();
+    let behind_ran = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&behind_ran);
+    let computing = wq.spawn(move || {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while seen.load(SeqCst) < 3 && Instant::now() < deadline {
+            std::hint::spin_loop();
+        }
+        seen.load(SeqCst)
+    });
+    let behind: Vec<_> = (0..3)
+        .map(|i| {
+            let ran = Arc::clone(&behind_ran);
+            wq.spawn(move || {
+                ran.fetch_add(1, SeqCst);
+                i
+            })
+        })
+        .collect();
+    assert!(wq.thaw());
+    assert_eq!(
+        computing.join().unwrap(),
+        3,
+        "the items in the computing worker's batch ran while it computed"
+    );
+    let results: Vec<i32> = behind.into_iter().map(|h| h.join().unwrap()).collect();
+    assert_eq!(results, [0, 1, 2], "nothing lost");
+    if cfg!(feature = "stats") {
+        let pool = &wq.stats().pools[0];
+        assert_eq!((pool.cpu_intensive, pool.handed_back), (1, 3));
+    }
+    all_idle_and_none_counted(&wq);
+    runs_one_at_a_time(&wq);
+}
+
+#[test]
 fn after_a_long_item_the_pool_takes_its_items_one_at_a_time_and_at_most_doubles() {
     let _turn = one_at_a_time();
     let wq = one_cpu("ci-single");
     compute_until_the_items_behind_ran(&wq, false);
     // Four items that wait without `podq::blocking`, queued at once. Taken one at a
     // time, the first leaves the count once it has waited past the threshold and the
-    // next gets a worker, so they overlap (in one batch they would run one after
-    // another); but no more than one worker per pod CPU is out of the count at a time,
-    // so never more than two run.
+    // next gets a worker, so they overlap; but no more than one worker per pod CPU is
+    // out of the count at a time, so never more than two run.
     let now = Arc::new(AtomicUsize::new(0));
     let most = Arc::new(AtomicUsize::new(0));
     let waiting: Vec<_> = (0..4)

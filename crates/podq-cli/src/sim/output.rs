@@ -90,6 +90,8 @@ pub struct SimInfo {
     pub preemptions: u64,
     /// Workers taken out of their pool's running count for a long item.
     pub cpu_intensive: u64,
+    /// Items such a worker had taken and not started, handed back to the worklist.
+    pub handed_back: u64,
     /// Time runnable but not running (schedstat's `run_delay`), ns: producers.
     pub run_delay_producers_ns: u64,
     /// The same for workers.
@@ -240,6 +242,7 @@ fn sim_info(setup: &Setup, done: &Done, seg: &SegmentOutput) -> SimInfo {
         workers_created: seg.counters.workers_created,
         preemptions: seg.counters.preemptions,
         cpu_intensive: seg.counters.cpu_intensive,
+        handed_back: seg.counters.handed_back,
         run_delay_producers_ns: seg.counters.run_delay_ns[0],
         run_delay_workers_ns: seg.counters.run_delay_ns[1],
         idle_per_node: seg.idle_per_node.clone(),

@@ -13,13 +13,21 @@ use std::time::{Duration, Instant};
 
 use super::{PoolCore, PoolState};
 use crate::busy::{self, Beat, COUNTED};
+use crate::context::BatchRef;
 use crate::policy;
 use crate::sync::lock_std;
 use crate::sync::unmodelled::{AtomicBool, Mutex};
 use crate::sync::Ordering::{Relaxed, SeqCst};
 
-/// G: every live pool worker, with its pool.
-static WORKERS: Mutex<Vec<(Arc<Beat>, Weak<PoolCore>)>> = Mutex::new(Vec::new());
+/// A live pool worker, as the watchdog finds it.
+struct PoolWorker {
+    beat: Arc<Beat>,
+    pool: Weak<PoolCore>,
+    batch: BatchRef,
+}
+
+/// G: every live pool worker.
+static WORKERS: Mutex<Vec<PoolWorker>> = Mutex::new(Vec::new());
 
 /// A: the watchdog looks only as often as its stall checks, for want of runs
 /// ([`policy::CPU_INTENSIVE_DOZE_AFTER`]): the next worker to become active wakes it.
@@ -34,14 +42,18 @@ pub(super) struct Registered(Arc<Beat>);
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        lock_std(&WORKERS).retain(|(beat, _)| !Arc::ptr_eq(beat, &self.0));
+        lock_std(&WORKERS).retain(|w| !Arc::ptr_eq(&w.beat, &self.0));
     }
 }
 
 /// Registers the calling thread as a worker of `pool`.
 pub(super) fn register(pool: &Arc<PoolCore>) -> Registered {
     let beat = busy::my_beat();
-    lock_std(&WORKERS).push((Arc::clone(&beat), Arc::downgrade(pool)));
+    lock_std(&WORKERS).push(PoolWorker {
+        beat: Arc::clone(&beat),
+        pool: Arc::downgrade(pool),
+        batch: BatchRef::mine(),
+    });
     Registered(beat)
 }
 
@@ -97,7 +109,7 @@ impl LongRuns {
         let mut due = Vec::new();
         let mut since = HashMap::with_capacity(self.since.len());
         let mut words = HashMap::with_capacity(self.words.len());
-        for (beat, pool) in lock_std(&WORKERS).iter() {
+        for PoolWorker { beat, pool, batch } in lock_std(&WORKERS).iter() {
             let key = Arc::as_ptr(beat) as usize;
             let (word, standing) = beat.standing();
             if self.words.get(&key) != Some(&word) {
@@ -113,7 +125,11 @@ impl LongRuns {
             let first = self.since.get(&(key, word)).copied().unwrap_or(now);
             since.insert((key, word), first);
             if policy::cpu_intensive(now - first, Some(threshold)) {
-                due.push((Arc::clone(beat), Weak::clone(pool), Due::Demote(word)));
+                due.push((
+                    Arc::clone(beat),
+                    Weak::clone(pool),
+                    Due::Demote(word, *batch),
+                ));
             }
         }
         let counted_runs = !since.is_empty();
@@ -124,7 +140,7 @@ impl LongRuns {
                 continue;
             };
             match what {
-                Due::Demote(word) => pool.demote(&beat, word),
+                Due::Demote(word, batch) => pool.demote(&beat, word, batch),
                 Due::CountAgain => pool.count_again(&beat),
             }
         }
@@ -137,8 +153,8 @@ impl LongRuns {
 
 /// What a look found to do for one worker.
 enum Due {
-    /// Take its run of this word out of the count.
-    Demote(u64),
+    /// Take its run of this word out of the count, and its batch back.
+    Demote(u64, BatchRef),
     /// Undo a demotion whose run ended.
     CountAgain,
 }
@@ -146,9 +162,11 @@ enum Due {
 impl PoolCore {
     /// Watchdog: run `word` of `beat`, a worker of this pool, has run too long. If it
     /// still runs, its worker counts and the pool has room for one more worker out
-    /// (`policy::may_leave_count`), the worker leaves the running count and the pool
-    /// kicks for the items waiting (pool lock).
-    fn demote(self: &Arc<Self>, beat: &Beat, word: u64) {
+    /// (`policy::may_leave_count`), the worker leaves the running count, the items in
+    /// its `batch` go back to the front of the worklist if the worker is sure to see
+    /// its demotion (`Beat::sees_demotion`), and the pool kicks for the items waiting
+    /// (pool lock).
+    fn demote(self: &Arc<Self>, beat: &Beat, word: u64, batch: BatchRef) {
         let mut st = crate::sync::lock(&self.state);
         if !policy::may_leave_count(st.out_for_long_items, self.concurrency) || !beat.demote(word) {
             return;
@@ -159,6 +177,12 @@ impl PoolCore {
             .single_takes
             .store(policy::SINGLE_TAKES_AFTER_LONG_ITEM, Relaxed);
         self.stats.cpu_intensive.inc();
+        if beat.sees_demotion(word) {
+            // SAFETY: the pool lock is held, and the worker runs `word`, which it will
+            // end by seeing its demotion and taking this lock (`sees_demotion`).
+            let n = unsafe { batch.hand_back(|items| self.worklist.push_front_all(items)) };
+            self.stats.handed_back.add(n as u64);
+        }
         let action = self.kick_locked(&mut st);
         drop(st);
         self.act(action);

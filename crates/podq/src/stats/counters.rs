@@ -541,6 +541,7 @@ pub(crate) struct PoolCounters {
     pub(crate) run_time: Histogram,
     pub(crate) cpu_time_ns: Counter,
     pub(crate) cpu_intensive: Counter,
+    pub(crate) handed_back: Counter,
     /// Dequeue lock acquisitions of workers that exited (kept apart from
     /// `dequeue_lock`, whose fields are written under the pool lock only).
     pub(super) retired_dequeues: Counter,

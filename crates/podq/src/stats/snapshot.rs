@@ -157,6 +157,11 @@ pub struct PoolStats {
     /// so that another worker could run the items behind it.
     #[serde(default)]
     pub cpu_intensive: u64,
+    /// Items such a worker had taken from the worklist and not started, which the
+    /// watchdog put back at the worklist's front as it took the worker out of the
+    /// count, for other workers to run.
+    #[serde(default)]
+    pub handed_back: u64,
 }
 
 impl PoolStats {
@@ -200,6 +205,7 @@ impl PoolStats {
             run_time_ns: latency(|w| &w.run_time, &c.run_time),
             cpu_time_ns: c.cpu_time_ns.get(),
             cpu_intensive: c.cpu_intensive.get(),
+            handed_back: c.handed_back.get(),
             ..PoolStats::default()
         }
     }
@@ -328,6 +334,7 @@ mod json_tests {
                 "cpu_time_ns",
                 "dequeue_lock",
                 "enqueue_lock",
+                "handed_back",
                 "id",
                 "idle",
                 "locality",
