@@ -21,34 +21,49 @@ pub(crate) fn light() {
     crate::sync::fence(crate::sync::Ordering::SeqCst);
 }
 
-/// The rare side's fence, between its store and its load. Returns `false`, having
-/// fenced nothing, where the kernel lacks the barrier (before Linux 4.14, or disabled):
-/// the caller must then not rely on the pairing.
+// From `linux/membarrier.h`.
 #[cfg(not(loom))]
-pub(crate) fn heavy() -> bool {
-    use std::sync::OnceLock;
+const QUERY: libc::c_int = 0;
+#[cfg(not(loom))]
+const PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
+#[cfg(not(loom))]
+const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
 
-    // From `linux/membarrier.h`.
-    const QUERY: libc::c_int = 0;
-    const PRIVATE_EXPEDITED: libc::c_int = 1 << 3;
-    const REGISTER_PRIVATE_EXPEDITED: libc::c_int = 1 << 4;
+#[cfg(not(loom))]
+fn membarrier(cmd: libc::c_int) -> libc::c_long {
+    // SAFETY: membarrier takes a command, flags and a CPU id by value and touches no
+    // memory of the caller's.
+    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
+}
 
-    fn membarrier(cmd: libc::c_int) -> libc::c_long {
-        // SAFETY: membarrier takes a command, flags and a CPU id by value and touches no
-        // memory of the caller's.
-        unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0, 0) }
-    }
-
-    // The process registers its intent once; the barrier is refused before that.
-    static REGISTERED: OnceLock<bool> = OnceLock::new();
-    let registered = *REGISTERED.get_or_init(|| {
+/// Registers the process for [`heavy`], once, and returns whether the kernel agreed.
+/// The first call takes milliseconds (the kernel waits for a grace period), so a thread
+/// that may fence heavily calls this before it holds a lock.
+#[cfg(not(loom))]
+pub(crate) fn prepare() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
         let wanted = i64::from(PRIVATE_EXPEDITED | REGISTER_PRIVATE_EXPEDITED);
         let supported = membarrier(QUERY);
         supported >= 0
             && supported & wanted == wanted
             && membarrier(REGISTER_PRIVATE_EXPEDITED) == 0
-    });
-    registered && membarrier(PRIVATE_EXPEDITED) == 0
+    })
+}
+
+/// The rare side's fence, between its store and its load: about 10 µs here, an
+/// interrupt to each CPU that runs a thread of the process. Returns `false`, having
+/// fenced nothing, where the kernel lacks the barrier (before Linux 4.14, or disabled):
+/// the caller must then not rely on the pairing.
+#[cfg(not(loom))]
+pub(crate) fn heavy() -> bool {
+    prepare() && membarrier(PRIVATE_EXPEDITED) == 0
+}
+
+/// Loom has no registration.
+#[cfg(loom)]
+pub(crate) fn prepare() -> bool {
+    true
 }
 
 /// Loom's stand-in: a `SeqCst` fence, always available.
@@ -60,10 +75,11 @@ pub(crate) fn heavy() -> bool {
 
 #[cfg(all(test, not(loom)))]
 mod tests {
-    /// The barrier is there on the kernels podq runs on (4.14 and later), and a second
-    /// call works as the first (the registration is kept).
+    /// The barrier is there on the kernels podq runs on (4.14 and later), and the
+    /// registration is kept: later calls work as the first.
     #[test]
     fn the_heavy_fence_is_available() {
+        assert!(super::prepare(), "membarrier registration refused");
         assert!(super::heavy(), "membarrier(PRIVATE_EXPEDITED) refused");
         assert!(super::heavy());
     }

@@ -308,6 +308,9 @@ fn state() -> &'static Mutex<State> {
 }
 
 fn run() {
+    // The heavy fence's one-time registration takes milliseconds (the kernel waits for
+    // a grace period): done here, not under the pool lock of the first demotion.
+    crate::fence::prepare();
     let me = std::thread::current();
     let mut long_runs = LongRuns::default();
     let mut next_look = Instant::now();
