@@ -435,17 +435,61 @@ impl Workqueue {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        self.try_queue_once(f, |f| join::pair_named(label, f))
+        self.try_queue_once(None, f, |f| join::pair_named(label, f))
+    }
+
+    /// As [`Workqueue::spawn`], on the pod of `cpu` as [`Workqueue::queue_on`] picks
+    /// it: the kernel's `queue_work_on` for a closure. It picks the pod, it does not
+    /// pin; a CPU that is not usable in the topology acts as `spawn`.
+    ///
+    /// ```
+    /// use podq::{Scope, Topology, Workqueue};
+    ///
+    /// // A fake two-socket machine: its CPUs 0-15 are mapped onto the real ones.
+    /// let wq = Workqueue::builder("doc-spawn-on")
+    ///     .topology(Topology::synthetic("2s4c2t")?)
+    ///     .scope(Scope::Numa)
+    ///     .build()?;
+    /// // Runs on node 1's pool (CPUs 4-7, 12-15), whatever CPU the caller is on.
+    /// let ran_on = wq.spawn_on(12, podq::current_cpu).join()?;
+    /// assert_eq!(wq.topology().node_of(ran_on), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Panics
+    /// If the workqueue is draining and the caller is not one of its items; use
+    /// [`Workqueue::try_spawn_on`] to get an error instead.
+    pub fn spawn_on<T: Send + 'static>(
+        &self,
+        cpu: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        match self.try_spawn_on(cpu, f) {
+            Ok(handle) => handle,
+            Err(e) => panic!("{}", e.error()),
+        }
+    }
+
+    /// As [`Workqueue::spawn_on`], with a draining workqueue reported as an error that
+    /// gives the closure back.
+    pub fn try_spawn_on<T, F>(&self, cpu: usize, f: F) -> Result<JoinHandle<T>, SpawnError<F>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        self.try_queue_once(Some(cpu), f, |f| join::pair_named(None, f))
     }
 
     /// Queues the one-shot task `make` builds from `f` (with what it returns beside
-    /// the task) if the workqueue accepts it, else gives `f` back. Past the check the
+    /// the task), on the pod of `cpu` if given, if the workqueue accepts it, else gives
+    /// `f` back. Past the check the
     /// call counts as made before any drain that began since: it is queued and a drain
     /// waits for it. Only a destroyed workqueue refuses it then, which cannot happen
     /// while `self` lives; were it refused, the task would be dropped without running
     /// (a spawned item's handle reports that).
     fn try_queue_once<F, R>(
         &self,
+        cpu: Option<usize>,
         f: F,
         make: impl FnOnce(F) -> (R, join::OnceTask),
     ) -> Result<R, SpawnError<F>> {
@@ -454,7 +498,7 @@ impl Workqueue {
             return Err(SpawnError::new(e, f));
         }
         let (made, task) = make(f);
-        let _ = wq.enqueue_any(Task::Once(task), None, true);
+        let _ = wq.enqueue_any(Task::Once(task), cpu, true);
         Ok(made)
     }
 
@@ -493,7 +537,25 @@ impl Workqueue {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.try_queue_once(f, |f| ((), join::detached(f)))
+        self.try_queue_once(None, f, |f| ((), join::detached(f)))
+    }
+
+    /// As [`Workqueue::execute`], on the pod of `cpu` (as [`Workqueue::spawn_on`]).
+    /// Panics if the workqueue is draining and the caller is not one of its items (see
+    /// [`Workqueue::try_execute_on`]).
+    pub fn execute_on(&self, cpu: usize, f: impl FnOnce() + Send + 'static) {
+        if let Err(e) = self.try_execute_on(cpu, f) {
+            panic!("{}", e.error());
+        }
+    }
+
+    /// As [`Workqueue::execute_on`], with a draining workqueue reported as an error
+    /// that gives the closure back.
+    pub fn try_execute_on<F>(&self, cpu: usize, f: F) -> Result<(), SpawnError<F>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        self.try_queue_once(Some(cpu), f, |f| ((), join::detached(f)))
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it

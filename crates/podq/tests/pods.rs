@@ -182,6 +182,50 @@ fn queue_on_and_queue_node_pick_the_pod() {
 }
 
 #[test]
+fn spawn_on_and_execute_on_pick_the_pod() {
+    let topo = fake_topology(2, 1, 2, 1);
+    let wq = Workqueue::builder("p-spawn-on")
+        .topology(topo)
+        .scope(Scope::Cpu)
+        .strict(true)
+        .build()
+        .unwrap();
+    for cpu in 0..4 {
+        // From a thread that says it is on another CPU of the fake machine.
+        podq::set_thread_cpu(Some((cpu + 1) % 4));
+        assert_eq!(wq.spawn_on(cpu, podq::current_cpu).join().unwrap(), cpu);
+        let (tx, rx) = std::sync::mpsc::channel();
+        wq.execute_on(cpu, move || tx.send(podq::current_cpu()).unwrap());
+        assert_eq!(rx.recv().unwrap(), cpu);
+    }
+    // A CPU the topology does not have acts as `spawn`: the caller's pod.
+    podq::set_thread_cpu(Some(2));
+    assert_eq!(wq.spawn_on(1000, podq::current_cpu).join().unwrap(), 2);
+    podq::set_thread_cpu(None);
+    // Refused while draining, the closure given back.
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let g = Arc::clone(&gate);
+    let blocker = wq.spawn_on(0, move || drop(g.lock().unwrap()));
+    std::thread::scope(|s| {
+        let draining = s.spawn(|| wq.drain());
+        while wq.try_execute_on(1, || {}).is_ok() {
+            std::thread::yield_now();
+        }
+        let refused = wq.try_spawn_on(1, || 7).unwrap_err();
+        assert!(
+            refused.error().to_string().contains("draining"),
+            "{}",
+            refused.error()
+        );
+        assert_eq!((refused.into_parts().1)(), 7);
+        drop(held);
+        draining.join().unwrap();
+    });
+    blocker.join().unwrap();
+}
+
+#[test]
 fn positive_nice_is_applied_to_workers() {
     let wq = Workqueue::builder("p-nice").nice(7).build().unwrap();
     let nice = wq
