@@ -22,7 +22,10 @@
 //! 3. The handle takes the result once it sees `RESULT` (clearing it, so the block
 //!    does not drop it). To wait, it stores its waker (a thread's `join` uses one that
 //!    unparks it) under `WAITER_LOCK`, then `fetch_or(WAITING)`; if that shows `DONE`,
-//!    it takes the result instead of sleeping. Dropping it clears `HANDLE`.
+//!    it takes the result instead of sleeping. A timed wait that gives up takes its
+//!    waker back out and clears `WAITING` under `WAITER_LOCK`, so that no completer
+//!    unparks its thread later (one that took the waker first already woke it).
+//!    Dropping it clears `HANDLE`.
 //! 4. Whoever clears the last reference frees the block, dropping the result if
 //!    `RESULT` is still set.
 //!
@@ -37,6 +40,7 @@
 //! goes the waking way too. The two references are cleared on that word, so exactly
 //! one side sees the other gone and frees. Loom models:
 //! `loom_join_sees_the_result_or_is_woken`, `loom_a_polled_handle_is_woken`,
+//! `loom_a_timed_wait_gives_its_waker_back`,
 //! `loom_abandoned_item_completes_the_handle`, `loom_a_detached_item_is_freed_once`.
 //!
 //! Legend: A atomic; D owned by the task's holder; O written by the completer before
@@ -340,6 +344,8 @@ trait Joinable<T>: Send + Sync {
     /// Registers `waker`; returns false if the item is done already (nothing will
     /// wake it then).
     fn wait_with(&self, waker: &Waker) -> bool;
+    /// Takes `waker` back out if it is the one registered (a timed wait gave up).
+    fn forget_waiter(&self, waker: &Waker);
     /// Whether the item is done.
     fn done(&self) -> bool;
     /// Drops the handle's reference; returns whether it was the last one (the caller
@@ -374,6 +380,21 @@ where
             drop(old);
         }
         self.state.fetch_or(WAITING, AcqRel) & DONE == 0
+    }
+
+    fn forget_waiter(&self, waker: &Waker) {
+        // Dropped outside the lock, as in `wait_with`. With the waker gone, `WAITING`
+        // goes too (under the lock, which a completer takes to wake): a completer that
+        // has not yet seen it completes without the lock, one that has finds the slot
+        // empty; neither unparks this thread later.
+        let mine = self.with_waiter(|slot| {
+            let mine = slot.as_ref().is_some_and(|w| w.will_wake(waker));
+            if mine {
+                self.state.fetch_and(!WAITING, AcqRel);
+            }
+            mine.then(|| slot.take()).flatten()
+        });
+        drop(mine);
     }
 
     fn done(&self) -> bool {
@@ -506,6 +527,50 @@ impl<T> JoinHandle<T> {
     /// Whether the item has finished.
     pub fn is_finished(&self) -> bool {
         self.shared().done()
+    }
+
+    /// Waits up to `timeout` for the item to finish; returns whether it has. The handle
+    /// stays: [`JoinHandle::join`] then returns at once. Inside a work item the wait
+    /// counts as [`crate::blocking`], as `join` does.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    ///
+    /// let wq = podq::Workqueue::builder("doc-wait-timeout").build()?;
+    /// let (tx, rx) = std::sync::mpsc::channel::<()>();
+    /// let mut item = wq.spawn(move || rx.recv().is_ok());
+    /// assert!(!item.wait_timeout(Duration::from_millis(10)), "still waiting");
+    /// tx.send(()).unwrap();
+    /// assert!(item.wait_timeout(Duration::from_secs(60)));
+    /// assert!(item.join()?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn wait_timeout(&mut self, timeout: std::time::Duration) -> bool {
+        if self.is_finished() {
+            return true;
+        }
+        // Past the clock's range: as good as forever.
+        let deadline = std::time::Instant::now().checked_add(timeout);
+        crate::blocking(|| {
+            let mut waker = None;
+            loop {
+                let left = match deadline {
+                    Some(at) => at.saturating_duration_since(std::time::Instant::now()),
+                    None => std::time::Duration::MAX,
+                };
+                if left.is_zero() {
+                    if let Some(waker) = &waker {
+                        self.shared().forget_waiter(waker);
+                    }
+                    return self.is_finished();
+                }
+                let waker = waker.get_or_insert_with(thread_waker);
+                if !self.shared().wait_with(waker) {
+                    return true;
+                }
+                thread::park_timeout(left);
+            }
+        })
     }
 }
 
@@ -801,6 +866,37 @@ mod loom_tests {
             let runner = loom::thread::spawn(move || task.run());
             assert_eq!(handle.wait().unwrap(), 42);
             assert_eq!(runner.join().unwrap(), None);
+        });
+    }
+
+    /// A timed wait registers its waker and gives up (`JoinHandle::wait_timeout`)
+    /// while the runner completes the item: the slot's accesses stay ordered (loom
+    /// checks the cell), a later `join` still gets the value, never sleeping through
+    /// the wake-up, and no completer unparks the thread after it: the model fails if
+    /// giving up leaves `WAITING` set (a late unpark wakes loom's `join` of the
+    /// runner).
+    #[test]
+    fn loom_a_timed_wait_gives_its_waker_back() {
+        // A waker that counts (loom's park and join share one notification per
+        // thread, so a stale unpark would wake the model's `join` early).
+        struct Count(crate::sync::AtomicUsize);
+        impl Wake for Count {
+            fn wake(self: Arc<Self>) {
+                self.0.fetch_add(1, crate::sync::Ordering::Relaxed);
+            }
+        }
+        loom::model(|| {
+            let (handle, task) = pair(|| 3);
+            let runner = loom::thread::spawn(move || task.run());
+            let count = Arc::new(Count(crate::sync::AtomicUsize::new(0)));
+            let waker = Waker::from(Arc::clone(&count));
+            if handle.shared().wait_with(&waker) {
+                handle.shared().forget_waiter(&waker);
+            }
+            assert_eq!(handle.wait().unwrap(), 3);
+            assert_eq!(runner.join().unwrap(), None);
+            // The forgotten waker is woken only by a completer that took it first.
+            assert!(count.0.load(crate::sync::Ordering::Relaxed) <= 1);
         });
     }
 

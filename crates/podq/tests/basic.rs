@@ -115,6 +115,48 @@ fn spawn_returns_values_and_panics() {
 }
 
 #[test]
+fn a_join_handle_waits_with_a_timeout() {
+    quiet_panics();
+    let wq = Workqueue::builder("t-wait-timeout").build().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<u32>();
+    let mut item = wq.spawn(move || rx.recv().unwrap() + 1);
+    assert!(
+        !item.wait_timeout(Duration::ZERO),
+        "a zero timeout only looks"
+    );
+    let start = std::time::Instant::now();
+    assert!(!item.wait_timeout(Duration::from_millis(20)));
+    assert!(
+        start.elapsed() >= Duration::from_millis(20),
+        "gave up early"
+    );
+    assert!(!item.is_finished());
+    tx.send(41).unwrap();
+    // A timeout past the clock's range waits as long as it takes.
+    assert!(item.wait_timeout(Duration::MAX));
+    assert!(item.wait_timeout(Duration::ZERO), "finished stays finished");
+    assert_eq!(item.join().unwrap(), 42);
+
+    let mut bad = wq.spawn(|| -> u8 { panic!("podq-test-panic wait_timeout") });
+    assert!(bad.wait_timeout(Duration::from_secs(60)));
+    assert!(bad.join().unwrap_err().message.contains("podq-test-panic"));
+
+    // Inside an item the wait is a `blocking` section: on a one-CPU pod the item it
+    // waits for, queued behind it, gets a worker and runs.
+    let one = Workqueue::builder("t-wait-timeout-1cpu")
+        .topology(fake_topology(1, 1, 1, 1))
+        .build()
+        .unwrap();
+    let inner = one.clone();
+    let outer = one.spawn(move || {
+        let mut behind = inner.spawn(|| 7);
+        let finished = behind.wait_timeout(Duration::from_secs(60));
+        (finished, behind.join().unwrap())
+    });
+    assert_eq!(outer.join().unwrap(), (true, 7));
+}
+
+#[test]
 fn join_handle_is_a_future() {
     use std::future::Future;
     use std::pin::pin;
