@@ -111,13 +111,14 @@ impl Beat {
     /// Its thread's item ended. Returns whether the thread stands demoted (its pool
     /// should count it again: [`Beat::undo_demotion`]); a demotion stored at the same
     /// moment may be missed, and the watchdog undoes it later (`pool/intensive.rs`),
-    /// but not one that [`Beat::sees_demotion`] confirmed.
+    /// but not one that [`Beat::demotion_stands`] confirmed.
     #[inline]
     fn end(&self) -> bool {
         let word = self.word.load(Relaxed);
         // Even, and one further: the next run's word differs from this one's.
         self.word.store(word + (word & 1), Release);
-        // Pairs with the heavy fence in `sees_demotion`.
+        // Pairs with the watchdog's heavy fence between its demotion and
+        // `demotion_stands`.
         fence::light();
         self.standing.load(Relaxed) & 1 == 1
     }
@@ -135,14 +136,16 @@ impl Beat {
                 .is_ok()
     }
 
-    /// Watchdog, after [`Beat::demote`] took run `word` out of the count: whether the
-    /// worker is sure to see that demotion when the run ends, and so to take its pool
-    /// lock before it touches its batch again (`PoolCore::count_me_again`). The
-    /// demotion's CAS, a heavy fence, then the word: pairs with the run's end, which
-    /// stores the even word, fences lightly, then loads `standing`. `false` where the
-    /// run ended already, or the heavy fence is not available.
-    pub(crate) fn sees_demotion(&self, word: u64) -> bool {
-        fence::heavy() && self.word.load(Relaxed) == word
+    /// Watchdog, under the worker's pool lock, after [`Beat::demote`] took run `word`
+    /// out of the count and a heavy fence ([`crate::fence::heavy`]) followed: whether
+    /// the run goes on with the demotion in force. Then the worker is sure to see the
+    /// demotion when the run ends, and so to take its pool lock before it touches its
+    /// batch again (`PoolCore::count_me_again`): the demotion's CAS, the heavy fence,
+    /// then this load of the word pair with the run's end, which stores the even word,
+    /// fences lightly, then loads `standing`. `standing` changes only under the pool
+    /// lock, and the word only by its worker.
+    pub(crate) fn demotion_stands(&self, word: u64) -> bool {
+        self.word.load(Relaxed) == word && self.standing.load(Relaxed) == word
     }
 
     /// Undoes the demotion in force, if any (with `only_if_ended`, only once its run
@@ -448,14 +451,14 @@ mod loom_tests {
         loom::model(|| against_the_watchdog(end_and_go_idle));
     }
 
-    /// A worker's run ends while the watchdog demotes it and, if `Beat::sees_demotion`
-    /// says the worker will see that, empties its batch (`PoolCore::demote`), all
-    /// under the pool lock; the worker then takes the next item of its batch, after
-    /// the locked undo if it saw its demotion (`execute`, then `work_loop`). The batch
-    /// is a cell whose accesses loom checks: in every interleaving they are ordered,
-    /// and an item is taken by one side only. It fails with either fence left out: the
-    /// worker may then miss a demotion that the watchdog confirmed, and pop its batch
-    /// while the watchdog empties it.
+    /// A worker's run ends while the watchdog demotes it under the pool lock, fences
+    /// heavily outside it, and, under the lock again, empties the worker's batch if
+    /// `Beat::demotion_stands` (`PoolCore::demote`); the worker then takes the next
+    /// item of its batch, after the locked undo if it saw its demotion (`execute`, then
+    /// `work_loop`). The batch is a cell whose accesses loom checks: in every
+    /// interleaving they are ordered, and an item is taken by one side only. It fails
+    /// with either fence left out: the worker may then miss a demotion that the
+    /// watchdog confirmed, and pop its batch while the watchdog empties it.
     #[test]
     fn loom_a_demoted_workers_batch_is_taken_by_one_thread_at_a_time() {
         loom::model(|| {
@@ -476,18 +479,22 @@ mod loom_tests {
                     batch.with_mut(|items| unsafe { (*items).pop() })
                 })
             };
-            let taken = {
+            let demoted = {
                 let mut count = running.lock().unwrap();
                 let demoted = beat.demote(1);
                 if demoted {
                     *count -= 1;
                 }
-                if demoted && beat.sees_demotion(1) {
-                    // SAFETY: as above.
-                    batch.with_mut(|items| unsafe { (*items).pop() })
-                } else {
-                    None
-                }
+                demoted
+            };
+            let taken = if demoted && crate::fence::heavy() {
+                let _count = running.lock().unwrap();
+                // SAFETY: as above.
+                beat.demotion_stands(1)
+                    .then(|| batch.with_mut(|items| unsafe { (*items).pop() }))
+                    .flatten()
+            } else {
+                None
             };
             let popped = worker.join().unwrap();
             assert_eq!(

@@ -56,7 +56,7 @@ impl BatchRef {
     ///
     /// The caller holds the owning worker's pool lock, and the worker runs an item
     /// that it will end by taking that lock before it touches its batch again (its
-    /// demotion, confirmed by `Beat::sees_demotion`). So the thread and its
+    /// demotion, confirmed by `Beat::demotion_stands`). So the thread and its
     /// thread-local are alive, the worker holds no borrow of the batch (it borrows it
     /// only between items, and in `blocking()` under the pool lock), and its next
     /// access comes after the caller's unlock.

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use super::{PoolCore, PoolState};
 use crate::busy::{self, Beat, COUNTED};
 use crate::context::BatchRef;
+use crate::fence;
 use crate::policy;
 use crate::sync::lock_std;
 use crate::sync::unmodelled::{AtomicBool, Mutex};
@@ -162,10 +163,10 @@ enum Due {
 impl PoolCore {
     /// Watchdog: run `word` of `beat`, a worker of this pool, has run too long. If it
     /// still runs, its worker counts and the pool has room for one more worker out
-    /// (`policy::may_leave_count`), the worker leaves the running count, the items in
-    /// its `batch` go back to the front of the worklist if the worker is sure to see
-    /// its demotion (`Beat::sees_demotion`), and the pool kicks for the items waiting
-    /// (pool lock).
+    /// (`policy::may_leave_count`), the worker leaves the running count (pool lock);
+    /// after a heavy fence, the items in its `batch` go back to the front of the
+    /// worklist if the demotion stands (`Beat::demotion_stands`), and the pool kicks
+    /// for the items waiting (pool lock again).
     fn demote(self: &Arc<Self>, beat: &Beat, word: u64, batch: BatchRef) {
         let mut st = crate::sync::lock(&self.state);
         if !policy::may_leave_count(st.out_for_long_items, self.concurrency) || !beat.demote(word) {
@@ -177,9 +178,14 @@ impl PoolCore {
             .single_takes
             .store(policy::SINGLE_TAKES_AFTER_LONG_ITEM, Relaxed);
         self.stats.cpu_intensive.inc();
-        if beat.sees_demotion(word) {
+        drop(st);
+        // Outside the pool lock: microseconds, an interrupt to every CPU that runs a
+        // thread of the process.
+        let paired = fence::heavy();
+        let mut st = crate::sync::lock(&self.state);
+        if paired && beat.demotion_stands(word) {
             // SAFETY: the pool lock is held, and the worker runs `word`, which it will
-            // end by seeing its demotion and taking this lock (`sees_demotion`).
+            // end by seeing its demotion and taking this lock (`demotion_stands`).
             let n = unsafe { batch.hand_back(|items| self.worklist.push_front_all(items)) };
             self.stats.handed_back.add(n as u64);
         }
