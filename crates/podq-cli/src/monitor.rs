@@ -57,7 +57,8 @@ Columns (per workqueue; counts since it was made, rates over the last interval):
   rescued  items the rescuer ran
 A queue whose items the stall watchdog found stalled or running long gets a line
 below the table with the counts and the last stall; CPU-intensive counts the workers
-its pools took out of their running count for an item past 10 ms.
+its pools took out of their running count for an item past 10 ms, and the items
+their batches handed back to the worklist then.
 cpu_s, cont%, local%, the percentiles, mayday and rescued cover the pools the queue
 uses; pools are shared by queues with equal attributes. Then busy/idle per node and
 CPU (/proc/stat) and the busiest threads of the process (/proc/PID/task).
@@ -201,13 +202,19 @@ pub fn wq_row(stats: &WorkqueueStats) -> WqRow {
     });
     let found = &stats.watchdog;
     let out_of_count = sum(pools, |p| p.cpu_intensive).unwrap_or(0);
+    let handed_back = sum(pools, |p| p.handed_back).unwrap_or(0);
     let watchdog = (found.stalls > 0 || found.long_items > 0 || out_of_count > 0).then(|| {
         let last = found
             .last_stall
             .as_ref()
             .map_or(String::new(), |s| format!("; last: {s}"));
+        let handed_back = if handed_back > 0 {
+            format!(" ({handed_back} item(s) handed back)")
+        } else {
+            String::new()
+        };
         escape_controls(&format!(
-            "{} stall(s), {} long item(s), {out_of_count} CPU-intensive{last}",
+            "{} stall(s), {} long item(s), {out_of_count} CPU-intensive{handed_back}{last}",
             found.stalls, found.long_items
         ))
         .into_owned()
@@ -779,6 +786,12 @@ mod tests {
         let table = render_table(&[wq_row(&computing)], &[], &[]);
         assert!(
             table.contains("crunch watchdog: 0 stall(s), 0 long item(s), 3 CPU-intensive\n"),
+            "{table}"
+        );
+        computing.pools[0].handed_back = 5;
+        let table = render_table(&[wq_row(&computing)], &[], &[]);
+        assert!(
+            table.contains("3 CPU-intensive (5 item(s) handed back)\n"),
             "{table}"
         );
     }
