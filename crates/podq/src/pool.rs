@@ -512,7 +512,8 @@ impl PoolCore {
 ///
 /// The kernel sees a worker sleep; user space does not, and podq runs at most one worker
 /// per pod CPU, so an item that waits (I/O, locks, joins) should wrap the wait in
-/// `blocking`. podq's own waits (`join`, `flush`, `cancel_sync`, `drain`) do so already.
+/// `blocking`. podq's own waits (`join`, `wait_timeout`, `flush`, `cancel_sync`,
+/// `drain`) do so already.
 ///
 /// ```
 /// use std::time::Duration;
