@@ -38,7 +38,7 @@ fn membarrier(cmd: libc::c_int) -> libc::c_long {
 
 /// Registers the process for [`heavy`], once, and returns whether the kernel agreed.
 /// The first call takes milliseconds (the kernel waits for a grace period), so a thread
-/// that may fence heavily calls this before it holds a lock.
+/// that may fence heavily calls this before the first fence is wanted.
 #[cfg(not(loom))]
 pub(crate) fn prepare() -> bool {
     static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();

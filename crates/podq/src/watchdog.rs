@@ -309,7 +309,8 @@ fn state() -> &'static Mutex<State> {
 
 fn run() {
     // The heavy fence's one-time registration takes milliseconds (the kernel waits for
-    // a grace period): done here, not under the pool lock of the first demotion.
+    // a grace period): done here, so that it does not delay the first demotion's
+    // hand-back.
     crate::fence::prepare();
     let me = std::thread::current();
     let mut long_runs = LongRuns::default();
