@@ -511,15 +511,34 @@ impl<T> JoinHandle<T> {
 
     /// The wait of [`JoinHandle::join`], outside `blocking`.
     fn wait(self) -> Result<T, Panicked> {
-        let mut waker = None;
         loop {
             if let Some(result) = self.shared().take_result() {
                 return result;
             }
+            self.park_until(None);
+        }
+    }
+
+    /// Parks the calling thread until the item is done or `deadline` passes (`None`:
+    /// no deadline); returns whether it is done. Giving up takes the waker back out.
+    fn park_until(&self, deadline: Option<std::time::Instant>) -> bool {
+        let mut waker = None;
+        loop {
+            let left = deadline.map(|at| at.saturating_duration_since(std::time::Instant::now()));
+            if left.is_some_and(|left| left.is_zero()) {
+                if let Some(waker) = &waker {
+                    self.shared().forget_waiter(waker);
+                }
+                return self.is_finished();
+            }
             let waker = waker.get_or_insert_with(thread_waker);
-            if self.shared().wait_with(waker) {
-                // Spurious wake-ups and stale unparks only loop once more.
-                thread::park();
+            if !self.shared().wait_with(waker) {
+                return true;
+            }
+            // Spurious wake-ups and stale unparks only loop once more.
+            match left {
+                Some(left) => thread::park_timeout(left),
+                None => thread::park(),
             }
         }
     }
@@ -551,26 +570,7 @@ impl<T> JoinHandle<T> {
         }
         // Past the clock's range: as good as forever.
         let deadline = std::time::Instant::now().checked_add(timeout);
-        crate::blocking(|| {
-            let mut waker = None;
-            loop {
-                let left = match deadline {
-                    Some(at) => at.saturating_duration_since(std::time::Instant::now()),
-                    None => std::time::Duration::MAX,
-                };
-                if left.is_zero() {
-                    if let Some(waker) = &waker {
-                        self.shared().forget_waiter(waker);
-                    }
-                    return self.is_finished();
-                }
-                let waker = waker.get_or_insert_with(thread_waker);
-                if !self.shared().wait_with(waker) {
-                    return true;
-                }
-                thread::park_timeout(left);
-            }
-        })
+        crate::blocking(|| self.park_until(deadline))
     }
 }
 
