@@ -7,53 +7,53 @@
 //! drop. An item with no handle at all (`Workqueue::execute`) has a block that is its
 //! closure alone ([`Detached`]), with no state word: nothing but its task refers to it.
 //!
-//! Protocol, on one state word (`DONE`, `RESULT`, `WAITING`, `WAITER_LOCK`, and the
-//! references `TASK`, `HANDLE`):
+//! Protocol, on one state word (`DONE`, `RESULT`, `WAITER_LOCK`, and the references
+//! `TASK`, `HANDLE`) and one slot that holds the waiter until the item is done and the
+//! result after (sharing the slot keeps a fire-and-forget block at 24 bytes beyond its
+//! closure, a size class below the 40 that separate fields took, which a flood of
+//! spawns runs measurably faster with: `PERFORMANCE.md`, "A spawned block's size"):
 //! 1. The task is unique (an entry, not cloned), so its holder owns the closure: it
 //!    runs it (or drops it unrun, completing the handle with "dropped without
 //!    running").
 //! 2. Completing: if `HANDLE` is clear, nobody will read the result: the task frees
-//!    the block without a write. Otherwise it writes the result, then sets `DONE |
-//!    RESULT` and clears `TASK` in one CAS. If `WAITING` (or `WAITER_LOCK`) is set, it
-//!    sets `DONE | RESULT` first; if `WAITING` was set before, it takes the waker under
-//!    `WAITER_LOCK` and wakes it (a registration still under way will see `DONE` and
-//!    not sleep); it clears `TASK` only then, so the handle cannot free the block under
-//!    the wake-up.
+//!    the block without a write. Otherwise it takes `WAITER_LOCK`, takes the waiter out
+//!    of the slot, writes the result there, and in one update sets `DONE | RESULT` and
+//!    clears `WAITER_LOCK` and `TASK`; then it wakes the waiter it took (which it owns:
+//!    the handle may free the block meanwhile).
 //! 3. The handle takes the result once it sees `RESULT` (clearing it, so the block
-//!    does not drop it). To wait, it stores its waker (a thread's `join` uses one that
-//!    unparks it) under `WAITER_LOCK`, then `fetch_or(WAITING)`; if that shows `DONE`,
-//!    it takes the result instead of sleeping. A timed wait that gives up takes its
-//!    waker back out and clears `WAITING` under `WAITER_LOCK`, so that no completer
-//!    unparks its thread later (one that took the waker first already woke it).
-//!    Dropping it clears `HANDLE`.
+//!    does not drop it). To wait, it stores its waiter in the slot under
+//!    `WAITER_LOCK`, unless that shows `DONE`: then it takes the result instead of
+//!    sleeping. A timed wait that gives up takes its waiter back out under
+//!    `WAITER_LOCK`, so that no completer wakes it later. Dropping the handle clears
+//!    `HANDLE`.
 //! 4. Whoever clears the last reference frees the block, dropping the result if
-//!    `RESULT` is still set.
+//!    `RESULT` is still set, or the waiter if `DONE` is not.
 //!
-//! `WAITER_LOCK` is a spin lock in the state word, held only to move a waker in or out
-//! (clones and drops of wakers happen outside it): a `Mutex` would add 8 bytes and a
-//! thread-or-waker enum another 8 to every spawned item.
+//! `WAITER_LOCK` is a spin lock in the state word, held only to move a waiter or a
+//! result in or out (clones and drops of wakers happen outside it): a `Mutex` would add
+//! 8 bytes to every spawned item.
 //!
-//! Races considered: the completer's setting of `DONE` and the waiter's
-//! `fetch_or(WAITING)` are ordered on the same word, so either the completer sees
-//! `WAITING` (and the waker stored before it) or the waiter sees `DONE`: no lost
-//! wake-up. A completer whose CAS finds `WAITER_LOCK` taken (a registration under way)
-//! goes the waking way too. The two references are cleared on that word, so exactly
-//! one side sees the other gone and frees. Loom models:
+//! Races considered: the slot changes hands only under `WAITER_LOCK`, and `DONE` is
+//! set as that lock is let go, so a waiter either stores its waiter before the
+//! completer takes the lock (and is woken) or sees `DONE` (and does not sleep): no
+//! lost wake-up. The two references are cleared on the state word, so exactly one side
+//! sees the other gone and frees. Loom models:
 //! `loom_join_sees_the_result_or_is_woken`, `loom_a_polled_handle_is_woken`,
 //! `loom_a_timed_wait_gives_its_waker_back`,
 //! `loom_abandoned_item_completes_the_handle`, `loom_a_detached_item_is_freed_once`.
 //!
-//! Legend: A atomic; D owned by the task's holder; O written by the completer before
-//! `DONE`, then only by the handle; V guarded by `WAITER_LOCK`.
+//! Legend: A atomic; D owned by the task's holder; V guarded by `WAITER_LOCK` until
+//! `DONE`, then only the handle's.
 
 use std::any::Any;
 use std::fmt;
 use std::future::Future;
+use std::mem::ManuallyDrop;
 use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
 use std::ptr::NonNull;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 use crate::sync::Ordering::{AcqRel, Acquire, Release};
 use std::sync::Arc;
@@ -113,47 +113,76 @@ impl fmt::Display for Panicked {
 
 impl std::error::Error for Panicked {}
 
-/// Wakes a thread blocked in [`JoinHandle::join`]: a join waits through the same
-/// `Waker` slot as a polled handle.
-struct Unpark(thread::Thread);
+/// Whom a finished item wakes: a thread blocked in [`JoinHandle::join`] or a task that
+/// polled the handle. Behind one pointer, so that it shares the block's slot with the
+/// result.
+enum Wakeup {
+    Thread(thread::Thread),
+    Task(Waker),
+}
 
-impl Wake for Unpark {
-    fn wake(self: Arc<Self>) {
-        self.0.unpark();
-    }
-
-    fn wake_by_ref(self: &Arc<Self>) {
-        self.0.unpark();
+impl Wakeup {
+    fn wake(&self) {
+        match self {
+            Wakeup::Thread(thread) => thread.unpark(),
+            Wakeup::Task(waker) => waker.wake_by_ref(),
+        }
     }
 }
 
-/// A waker that unparks the calling thread: made once per thread (a blocked join
-/// allocates nothing), except under loom, whose threads share thread-locals.
-fn thread_waker() -> Waker {
+/// Who registers to be woken.
+#[derive(Clone, Copy)]
+enum Waiter<'a> {
+    /// A blocked thread, with its wake-up ([`thread_wakeup`]).
+    Thread(&'a Arc<Wakeup>),
+    /// A polling task.
+    Task(&'a Waker),
+}
+
+impl Waiter<'_> {
+    /// Whether `held` wakes this waiter already.
+    fn is(self, held: &Arc<Wakeup>) -> bool {
+        match (self, &**held) {
+            (Waiter::Thread(mine), _) => Arc::ptr_eq(mine, held),
+            (Waiter::Task(waker), Wakeup::Task(held)) => held.will_wake(waker),
+            (Waiter::Task(_), Wakeup::Thread(_)) => false,
+        }
+    }
+
+    /// The wake-up to store (a task's waker is cloned: call it outside the lock).
+    fn wakeup(self) -> Arc<Wakeup> {
+        match self {
+            Waiter::Thread(wakeup) => Arc::clone(wakeup),
+            Waiter::Task(waker) => Arc::new(Wakeup::Task(waker.clone())),
+        }
+    }
+}
+
+/// The calling thread's wake-up: made once per thread (a blocked join allocates
+/// nothing), except under loom, whose threads share thread-locals.
+fn thread_wakeup() -> Arc<Wakeup> {
+    let fresh = || Arc::new(Wakeup::Thread(thread::current()));
     #[cfg(not(loom))]
     {
         thread_local! {
-            static UNPARK: Waker = Waker::from(Arc::new(Unpark(thread::current())));
+            static WAKEUP: Arc<Wakeup> = Arc::new(Wakeup::Thread(thread::current()));
         }
-        let fresh = || Waker::from(Arc::new(Unpark(thread::current())));
         // A join from another thread-local's destructor makes its own.
-        UNPARK.try_with(Waker::clone).unwrap_or_else(|_| fresh())
+        WAKEUP.try_with(Arc::clone).unwrap_or_else(|_| fresh())
     }
     #[cfg(loom)]
-    Waker::from(Arc::new(Unpark(thread::current())))
+    fresh()
 }
 
 /// `Spawned::state`: the item finished (ran, panicked or was dropped unrun).
 const DONE: u32 = 1;
-/// `Spawned::state`: a waiter is registered in `Spawned::waiter`.
-const WAITING: u32 = 2;
 /// `Spawned::state`: the queue entry's reference ([`OnceTask`]) is alive.
 const TASK: u32 = 4;
 /// `Spawned::state`: the handle's reference ([`JoinHandle`]) is alive.
 const HANDLE: u32 = 8;
-/// `Spawned::state`: the result is in `Spawned::result`, not taken yet.
+/// `Spawned::state`: the result is in `Spawned::slot`, not taken yet.
 const RESULT: u32 = 16;
-/// `Spawned::state`: the waiter slot's lock (held for a store or a take of a waker).
+/// `Spawned::state`: the slot's lock (held to move a waiter or the result in or out).
 const WAITER_LOCK: u32 = 32;
 
 /// Whether a spawned item carries a label, as part of its block's type: an unlabelled
@@ -174,45 +203,54 @@ impl Label for Arc<str> {
     }
 }
 
-/// The shared block of a spawned item: closure, result, waiter and the two references
-/// in one allocation, 40 bytes beyond the closure and result (`a_spawned_block_is_small`).
-/// Running and completing it take no lock unless someone waits (protocol in the module
-/// docs).
+/// The shared block of a spawned item: closure, the slot for the waiter and then the
+/// result, and the two references in one allocation, 24 bytes with an 8-byte closure
+/// and no result (`a_spawned_block_is_small`). Running and completing it take no lock
+/// unless the handle is still there (protocol in the module docs).
 struct Spawned<F, T, L> {
-    /// A: [`DONE`], [`WAITING`], [`TASK`], [`HANDLE`], [`RESULT`], [`WAITER_LOCK`].
-    /// Written with `AcqRel` read-modify-writes: setting `DONE | RESULT` releases the
-    /// result written before it and pairs with the handle's `Acquire` load that sees
-    /// it; clearing a reference releases that side's last accesses and pairs with the
-    /// other side's `Acquire` read that finds it cleared before freeing; taking
-    /// `WAITER_LOCK` (`Acquire`) pairs with its release (`Release`). All of these are
-    /// ordered on this one word, so exactly one side sees the other (module docs).
+    /// A: [`DONE`], [`TASK`], [`HANDLE`], [`RESULT`], [`WAITER_LOCK`]. Written with
+    /// read-modify-writes: taking `WAITER_LOCK` (`Acquire`) pairs with its release, the
+    /// `Release` update that lets it go (a completer's also sets `DONE | RESULT`,
+    /// publishing the result for the handle's `Acquire` load that sees them); clearing
+    /// a reference (`AcqRel`) releases that side's last accesses and pairs with the
+    /// other side's `Acquire` read that finds it cleared before freeing. All of these
+    /// are ordered on this one word, so exactly one side sees the other (module docs).
     state: AtomicU32,
     /// D: the closure, read out once by the task's holder (`run` or `abandon`), so
     /// never there when the block is freed.
     f: UnsafeCell<MaybeUninit<F>>,
-    /// O: the result (a panic boxed, so that the block stays small for the usual
-    /// case), there while `RESULT` is set.
-    result: UnsafeCell<MaybeUninit<Result<T, Box<Panicked>>>>,
-    /// V: the waiter, guarded by `WAITER_LOCK`.
-    waiter: UnsafeCell<Option<Waker>>,
+    /// V: the waiter until `DONE`, then the result (there while `RESULT` is set).
+    slot: UnsafeCell<Slot<T>>,
     /// I: the label [`crate::current()`] reports while it runs.
     label: L,
 }
 
-// SAFETY: the closure is touched only by the task's holder (D), the result by the
-// completer before `DONE` and by the single handle after it (O), and the waiter under
-// `WAITER_LOCK` (V); `F` and `T` move between threads, so they must be `Send`, and
-// nothing is shared by reference.
+/// A spawned block's slot: who waits for the item until it is done, then its result
+/// (a panic boxed, so that the slot stays one word for the usual case).
+union Slot<T> {
+    waiter: ManuallyDrop<Option<Arc<Wakeup>>>,
+    result: ManuallyDrop<Result<T, Box<Panicked>>>,
+}
+
+// SAFETY: the closure is touched only by the task's holder (D), and the slot under
+// `WAITER_LOCK` until `DONE`, then only by the single handle (V); `F` and `T` move
+// between threads, so they must be `Send`, and nothing is shared by reference.
 unsafe impl<F: Send, T: Send, L: Label> Sync for Spawned<F, T, L> {}
 
 impl<F, T, L> Drop for Spawned<F, T, L> {
     fn drop(&mut self) {
         // The last reference was let go with an `AcqRel` update of `state`, which this
-        // `Acquire` load follows: it sees whether the result is still there.
-        if self.state.load(Acquire) & RESULT != 0 {
-            // SAFETY: `RESULT` says it was written and not taken; the block is ours.
-            self.result.with_mut(|r| unsafe { (*r).assume_init_drop() });
-        }
+        // `Acquire` load follows: it sees what the slot holds.
+        let state = self.state.load(Acquire);
+        self.slot.with_mut(|slot| {
+            if state & DONE == 0 {
+                // SAFETY: not done: the slot holds the waiter (V); the block is ours.
+                unsafe { ManuallyDrop::drop(&mut (*slot).waiter) }
+            } else if state & RESULT != 0 {
+                // SAFETY: `RESULT` says the result was written and not taken.
+                unsafe { ManuallyDrop::drop(&mut (*slot).result) }
+            }
+        });
     }
 }
 
@@ -221,42 +259,35 @@ impl<F, T, L> Spawned<F, T, L> {
     /// reference. Returns whether that was the last reference (the caller frees the
     /// block). Called once, by the task's holder.
     fn finish(&self, result: Result<T, Panicked>) -> bool {
-        let mut state = self.state.load(Acquire);
-        if state & HANDLE == 0 {
+        if self.state.load(Acquire) & HANDLE == 0 {
             // The handle is gone (its clearing of `HANDLE` pairs with this load):
             // nobody reads the result.
             return true;
         }
-        // SAFETY: `DONE` is not set and only the task's holder completes, so nobody
-        // else reads or writes the result now (O).
-        self.result
-            .with_mut(|r| unsafe { (*r).write(result.map_err(Box::new)) });
-        while state & (WAITING | WAITER_LOCK) == 0 {
-            if state & HANDLE == 0 {
-                // Dropped meanwhile: the result was never published; drop it here.
-                // SAFETY: written above, and `RESULT` was never set (O).
-                self.result.with_mut(|r| unsafe { (*r).assume_init_drop() });
-                return true;
-            }
-            let done = (state | DONE | RESULT) & !TASK;
+        let mut state = self.lock_slot();
+        // SAFETY: `WAITER_LOCK` is held and `DONE` is not set (only the task's holder
+        // sets it, once): the slot holds the waiter, and no one else touches it (V).
+        let waiter = self.slot.with_mut(|slot| unsafe {
+            let waiter = ManuallyDrop::take(&mut (*slot).waiter);
+            (*slot).result = ManuallyDrop::new(result.map_err(Box::new));
+            waiter
+        });
+        // Publishes the result as it lets the lock go, and drops the task's reference.
+        loop {
+            let done = (state | DONE | RESULT) & !(WAITER_LOCK | TASK);
             match self
                 .state
                 .compare_exchange_weak(state, done, AcqRel, Acquire)
             {
-                Ok(_) => return false,
+                Ok(_) => break,
                 Err(now) => state = now,
             }
         }
-        // A waiter, registered or registering: publish, wake it if it registered
-        // before (one registering now sees `DONE` and does not sleep), and only then
-        // drop the reference, so that the handle cannot free the block under the
-        // wake-up.
-        if self.state.fetch_or(DONE | RESULT, AcqRel) & WAITING != 0 {
-            if let Some(waker) = self.with_waiter(Option::take) {
-                waker.wake();
-            }
+        // Ours now: the handle may free the block meanwhile.
+        if let Some(waiter) = waiter {
+            waiter.wake();
         }
-        self.state.fetch_and(!TASK, AcqRel) & HANDLE == 0
+        state & HANDLE == 0
     }
 
     /// Takes the closure (D: only the task's holder calls this, once).
@@ -266,20 +297,28 @@ impl<F, T, L> Spawned<F, T, L> {
         self.f.with_mut(|f| unsafe { (*f).assume_init_read() })
     }
 
-    /// Runs `f` on the waiter slot under `WAITER_LOCK`.
-    fn with_waiter<R>(&self, f: impl FnOnce(&mut Option<Waker>) -> R) -> R {
-        self.lock_waiter();
-        // SAFETY: `WAITER_LOCK` is held (V).
-        let r = self.waiter.with_mut(|w| f(unsafe { &mut *w }));
+    /// Runs `f` on the waiter under `WAITER_LOCK`, unless the item is done (then the
+    /// slot holds the result: `None`).
+    fn with_waiter<R>(&self, f: impl FnOnce(&mut Option<Arc<Wakeup>>) -> R) -> Option<R> {
+        let state = self.lock_slot();
+        let r = (state & DONE == 0).then(|| {
+            // SAFETY: `WAITER_LOCK` is held and the item is not done: the slot holds
+            // the waiter (V).
+            self.slot.with_mut(|slot| f(unsafe { &mut (*slot).waiter }))
+        });
         self.state.fetch_and(!WAITER_LOCK, Release);
         r
     }
 
-    /// Takes `WAITER_LOCK`: held only to move a waker in or out (no user code runs
-    /// under it), so a short spin.
-    fn lock_waiter(&self) {
+    /// Takes `WAITER_LOCK`: held only to move a waiter or the result (no user code runs
+    /// under it), so a short spin. Returns the state word with the lock taken.
+    fn lock_slot(&self) -> u32 {
         let mut spins = 0;
-        while self.state.fetch_or(WAITER_LOCK, Acquire) & WAITER_LOCK != 0 {
+        loop {
+            let state = self.state.fetch_or(WAITER_LOCK, Acquire);
+            if state & WAITER_LOCK == 0 {
+                return state | WAITER_LOCK;
+            }
             spin_wait(&mut spins);
         }
     }
@@ -341,11 +380,11 @@ where
 trait Joinable<T>: Send + Sync {
     /// The result, if the item is done and the result was not taken yet.
     fn take_result(&self) -> Option<Result<T, Panicked>>;
-    /// Registers `waker`; returns false if the item is done already (nothing will
+    /// Registers `waiter`; returns false if the item is done already (nothing will
     /// wake it then).
-    fn wait_with(&self, waker: &Waker) -> bool;
-    /// Takes `waker` back out if it is the one registered (a timed wait gave up).
-    fn forget_waiter(&self, waker: &Waker);
+    fn wait_with(&self, waiter: Waiter<'_>) -> bool;
+    /// Takes `waiter` back out if it is the one registered (a timed wait gave up).
+    fn forget_waiter(&self, waiter: Waiter<'_>);
     /// Whether the item is done.
     fn done(&self) -> bool;
     /// Drops the handle's reference; returns whether it was the last one (the caller
@@ -366,32 +405,35 @@ where
         // Cleared first, so that the block does not drop the result too.
         self.state.fetch_and(!RESULT, AcqRel);
         // SAFETY: `RESULT` was set (`Acquire` above): the completer wrote the result and
-        // will not touch it again; only the one handle takes it, once (O).
-        let result = self.result.with_mut(|r| unsafe { (*r).assume_init_read() });
+        // will not touch the slot again; only the one handle takes it, once (V).
+        let result = self
+            .slot
+            .with_mut(|slot| unsafe { ManuallyDrop::take(&mut (*slot).result) });
         Some(result.map_err(|panicked| *panicked))
     }
 
-    fn wait_with(&self, waker: &Waker) -> bool {
-        // Cloned and the old one dropped outside the lock: both may run a waker's code.
-        let registered = self.with_waiter(|slot| slot.as_ref().is_some_and(|w| w.will_wake(waker)));
-        if !registered {
-            let new = waker.clone();
-            let old = self.with_waiter(|slot| slot.replace(new));
-            drop(old);
+    fn wait_with(&self, waiter: Waiter<'_>) -> bool {
+        // Made and the old one dropped outside the lock: both may run a waker's code.
+        match self.with_waiter(|slot| slot.as_ref().is_some_and(|held| waiter.is(held))) {
+            None => return false,
+            Some(true) => return true,
+            Some(false) => {}
         }
-        self.state.fetch_or(WAITING, AcqRel) & DONE == 0
+        let new = waiter.wakeup();
+        match self.with_waiter(|slot| slot.replace(new)) {
+            Some(old) => {
+                drop(old);
+                true
+            }
+            None => false,
+        }
     }
 
-    fn forget_waiter(&self, waker: &Waker) {
-        // Dropped outside the lock, as in `wait_with`. With the waker gone, `WAITING`
-        // goes too (under the lock, which a completer takes to wake): a completer that
-        // has not yet seen it completes without the lock, one that has finds the slot
-        // empty; neither unparks this thread later.
+    fn forget_waiter(&self, waiter: Waiter<'_>) {
+        // Dropped outside the lock, as in `wait_with`. A completer that has not taken
+        // the slot yet then finds it empty; one that has woke it already.
         let mine = self.with_waiter(|slot| {
-            let mine = slot.as_ref().is_some_and(|w| w.will_wake(waker));
-            if mine {
-                self.state.fetch_and(!WAITING, AcqRel);
-            }
+            let mine = slot.as_ref().is_some_and(|held| waiter.is(held));
             mine.then(|| slot.take()).flatten()
         });
         drop(mine);
@@ -522,17 +564,17 @@ impl<T> JoinHandle<T> {
     /// Parks the calling thread until the item is done or `deadline` passes (`None`:
     /// no deadline); returns whether it is done. Giving up takes the waker back out.
     fn park_until(&self, deadline: Option<std::time::Instant>) -> bool {
-        let mut waker = None;
+        let mut wakeup = None;
         loop {
             let left = deadline.map(|at| at.saturating_duration_since(std::time::Instant::now()));
             if left.is_some_and(|left| left.is_zero()) {
-                if let Some(waker) = &waker {
-                    self.shared().forget_waiter(waker);
+                if let Some(wakeup) = &wakeup {
+                    self.shared().forget_waiter(Waiter::Thread(wakeup));
                 }
                 return self.is_finished();
             }
-            let waker = waker.get_or_insert_with(thread_waker);
-            if !self.shared().wait_with(waker) {
+            let wakeup = wakeup.get_or_insert_with(thread_wakeup);
+            if !self.shared().wait_with(Waiter::Thread(wakeup)) {
                 return true;
             }
             // Spurious wake-ups and stale unparks only loop once more.
@@ -586,7 +628,7 @@ impl<T> Future for JoinHandle<T> {
                 self.claimed = true;
                 return Poll::Ready(result);
             }
-            if self.shared().wait_with(cx.waker()) {
+            if self.shared().wait_with(Waiter::Task(cx.waker())) {
                 return Poll::Pending;
             }
         }
@@ -686,8 +728,9 @@ fn new_block<F, T, L>(state: u32, label: L, f: F) -> NonNull<Spawned<F, T, L>> {
     NonNull::from(Box::leak(Box::new(Spawned {
         state: AtomicU32::new(state),
         f: UnsafeCell::new(MaybeUninit::new(f)),
-        result: UnsafeCell::new(MaybeUninit::uninit()),
-        waiter: UnsafeCell::new(None),
+        slot: UnsafeCell::new(Slot {
+            waiter: ManuallyDrop::new(None),
+        }),
         label,
     })))
 }
@@ -767,7 +810,7 @@ mod tests {
     }
 
     /// The memory target of a queued spawn (`podq bench memory`) rests on this: state,
-    /// an empty waiter slot, no label field, and the closure and result inline.
+    /// one slot for the waiter and then the result, no label field, the closure inline.
     #[test]
     fn a_spawned_block_is_small() {
         let seq = std::hint::black_box(7u64);
@@ -777,9 +820,9 @@ mod tests {
         fn size_of_block<F, L>(_: &F, _: L) -> usize {
             std::mem::size_of::<Spawned<F, (), L>>()
         }
-        // 4 (state, padded to 8) + 8 (closure) + 8 (result) + 16 (waiter).
-        assert_eq!(size_of_block(&f, ()), 40);
-        assert_eq!(size_of_block(&f, Arc::<str>::from("x")), 56);
+        // 4 (state, padded to 8) + 8 (closure) + 8 (the slot: waiter, then result).
+        assert_eq!(size_of_block(&f, ()), 24);
+        assert_eq!(size_of_block(&f, Arc::<str>::from("x")), 40);
         // An item without a handle (`execute`): the closure alone.
         fn size_of_detached<F>(_: &F) -> usize {
             std::mem::size_of::<Detached<F>>()
@@ -856,6 +899,7 @@ mod tests {
 #[cfg(all(test, loom))]
 mod loom_tests {
     use super::*;
+    use std::task::Wake;
 
     /// A runner completes the item while the handle waits: the handle always gets the
     /// value, never sleeping through the wake-up (loom reports a deadlock if it does).
@@ -873,8 +917,8 @@ mod loom_tests {
     /// while the runner completes the item: the slot's accesses stay ordered (loom
     /// checks the cell), a later `join` still gets the value, never sleeping through
     /// the wake-up, and no completer unparks the thread after it: the model fails if
-    /// giving up leaves `WAITING` set (a late unpark wakes loom's `join` of the
-    /// runner).
+    /// giving up leaves its waiter in the slot (a late unpark wakes loom's `join` of
+    /// the runner).
     #[test]
     fn loom_a_timed_wait_gives_its_waker_back() {
         // A waker that counts (loom's park and join share one notification per
@@ -890,8 +934,8 @@ mod loom_tests {
             let runner = loom::thread::spawn(move || task.run());
             let count = Arc::new(Count(crate::sync::AtomicUsize::new(0)));
             let waker = Waker::from(Arc::clone(&count));
-            if handle.shared().wait_with(&waker) {
-                handle.shared().forget_waiter(&waker);
+            if handle.shared().wait_with(Waiter::Task(&waker)) {
+                handle.shared().forget_waiter(Waiter::Task(&waker));
             }
             assert_eq!(handle.wait().unwrap(), 3);
             assert_eq!(runner.join().unwrap(), None);

@@ -91,8 +91,7 @@
 //! | H | a work item's handoff slot | `work::state` |
 //! | C | a work item's waiters (with its condvar) | `work::state` |
 //! | D | a spawned item's closure, owned by the holder of its queue entry | `join` |
-//! | O | a spawned item's result, written before its `DONE` bit, then the handle's | `join` |
-//! | V | a spawned item's waiter, under its `WAITER_LOCK` bit | `join` |
+//! | V | a spawned item's slot (its waiter, then its result), under its `WAITER_LOCK` bit until `DONE`, then the handle's | `join` |
 //! | Z | `FlushDomain::serial` (one flusher at a time) | `workqueue::flush` |
 //! | E | a hook's own lock (the process-wide panic and error hooks) | `fault`, crate root |
 //! | Y | the `auto` sampler's `SAMPLER.state` | `auto` |
@@ -113,7 +112,7 @@
 //! leaves: G live workqueues, G topology ids, G worker beats, G pool workers, G the
 //!         dozing watchdog, BL beat labels, WD watchdog
 //!         findings and state, J joins, R stats workers, X timer,
-//!         H handoff, C waiters, V a spawned item's waiter, E hooks, Y auto sampler,
+//!         H handoff, C waiters, V a spawned item's slot, E hooks, Y auto sampler,
 //!         `DelayedWork` target,
 //!         the control server's registries (released before calling the runtime)
 //! ```
