@@ -9,9 +9,10 @@
 //!
 //! Protocol, on one state word (`DONE`, `RESULT`, `WAITER_LOCK`, and the references
 //! `TASK`, `HANDLE`) and one slot that holds the waiter until the item is done and the
-//! result after (sharing the slot keeps a fire-and-forget block at 24 bytes beyond its
-//! closure, a size class below the 40 that separate fields took, which a flood of
-//! spawns runs measurably faster with: `PERFORMANCE.md`, "A spawned block's size"):
+//! result after (sharing the slot keeps the block of an 8-byte closure at 24 bytes, an
+//! allocator size class below the 40 that separate fields took, which a flood of
+//! spawns runs measurably faster with: `PERFORMANCE.md`, "A spawned block's size, and
+//! the inactive list through the blocks"):
 //! 1. The task is unique (an entry, not cloned), so its holder owns the closure: it
 //!    runs it (or drops it unrun, completing the handle with "dropped without
 //!    running").
@@ -42,8 +43,8 @@
 //! `loom_a_timed_wait_gives_its_waker_back`,
 //! `loom_abandoned_item_completes_the_handle`, `loom_a_detached_item_is_freed_once`.
 //!
-//! Legend: A atomic; D owned by the task's holder; V guarded by `WAITER_LOCK` until
-//! `DONE`, then only the handle's.
+//! Legend: A atomic; D owned by the task's holder; I immutable; V guarded by
+//! `WAITER_LOCK` until `DONE`, then only the handle's.
 
 use std::any::Any;
 use std::fmt;
