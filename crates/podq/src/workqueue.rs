@@ -777,9 +777,8 @@ impl WqShared {
             // Retired between the table read and the count: the table has moved on.
             drop(table);
         };
-        self.counters.inc(Item::Queued);
         let pool = &pwq.pool.core;
-        pool.stats.items.inc(Item::Queued);
+        ItemCounters::inc_both(&self.counters, &pool.stats.items, Item::Queued);
         let node = &self.nodes[pwq.node];
         let entry = Entry {
             task,
@@ -808,8 +807,7 @@ impl WqShared {
                     pool.push(entry)
                 }
                 Admission::Wait => {
-                    self.counters.inc(Item::MaxActiveWaits);
-                    pool.stats.items.inc(Item::MaxActiveWaits);
+                    ItemCounters::inc_both(&self.counters, &pool.stats.items, Item::MaxActiveWaits);
                     st.inactive.push_back(entry.into_waiting());
                     join_pending = admit.join_pending;
                     if join_pending {

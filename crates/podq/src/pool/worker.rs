@@ -12,7 +12,7 @@ use crate::context::{self, BATCH, COMPLETIONS, WORKER_POOL};
 use crate::cpu;
 use crate::entry::{Entry, EntryMeta, Task};
 use crate::policy;
-use crate::stats::{Item, Recorder, WorkerCounters};
+use crate::stats::{Item, ItemCounters, Recorder, WorkerCounters};
 use crate::sync::Ordering::SeqCst;
 use crate::sync::{lock, lock_std, seqcst_pair_fence, thread, Mutex, MutexGuard};
 use crate::trace;
@@ -341,8 +341,11 @@ pub(super) fn run_entry(pool: &Arc<PoolCore>, entry: Entry, mine: Option<&Worker
 
 /// Drops an entry whose instance was cancelled or superseded.
 fn discard(meta: EntryMeta) {
-    meta.pwq.pool.core.stats.items.inc(Item::Cancelled);
-    meta.pwq.wq.counters.inc(Item::Cancelled);
+    ItemCounters::inc_both(
+        &meta.pwq.wq.counters,
+        &meta.pwq.pool.core.stats.items,
+        Item::Cancelled,
+    );
     context::complete(meta, false);
 }
 
@@ -388,8 +391,7 @@ fn execute(
     // (`workqueue/completions.rs`), once per batch.
     record.completed();
     if let Some(message) = panicked {
-        owner.stats.items.inc(Item::Panicked);
-        wq.counters.inc(Item::Panicked);
+        ItemCounters::inc_both(&wq.counters, &owner.stats.items, Item::Panicked);
         wq.report_panic(&message);
     }
 }
