@@ -327,12 +327,7 @@ impl ItemCounters {
     /// Counts `n` `item` events.
     #[inline]
     pub(crate) fn add(&self, item: Item, n: u64) {
-        let (i, leased) = my_shard();
-        if leased {
-            self.leased[i].0[item as usize].add_exclusive(n);
-        } else {
-            self.shared[i].0[item as usize].add(n);
-        }
+        self.add_in(my_shard(), item, n);
     }
 
     /// Counts one `item` event in two sets (a workqueue's and its pool's) with one
@@ -340,13 +335,18 @@ impl ItemCounters {
     /// call's counts cost (`PERFORMANCE.md`, "At 9c0fd0c").
     #[inline]
     pub(crate) fn inc_both(a: &ItemCounters, b: &ItemCounters, item: Item) {
-        let (i, leased) = my_shard();
-        for set in [a, b] {
-            if leased {
-                set.leased[i].0[item as usize].add_exclusive(1);
-            } else {
-                set.shared[i].0[item as usize].add(1);
-            }
+        let shard = my_shard();
+        a.add_in(shard, item, 1);
+        b.add_in(shard, item, 1);
+    }
+
+    /// Counts `n` `item` events in the calling thread's shard, as [`my_shard`] gave it.
+    #[inline]
+    fn add_in(&self, (i, leased): (usize, bool), item: Item, n: u64) {
+        if leased {
+            self.leased[i].0[item as usize].add_exclusive(n);
+        } else {
+            self.shared[i].0[item as usize].add(n);
         }
     }
 
