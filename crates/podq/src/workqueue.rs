@@ -387,10 +387,18 @@ impl Workqueue {
     /// Queues `work` on a CPU of NUMA `node`: the calling CPU if it is on the node,
     /// else the node's first CPU; an unknown node acts as [`Workqueue::queue`].
     pub fn queue_node(&self, node: usize, work: &Work) -> bool {
+        self.shared()
+            .queue_work(work, self.node_cpu(node))
+            .unwrap_or(false)
+    }
+
+    /// The CPU a call for NUMA `node` goes to (`select_numa_node_cpu`): the calling
+    /// CPU if it is on the node, else the node's first CPU; `None` (the calling CPU's
+    /// pod) for a node the topology does not have.
+    fn node_cpu(&self, node: usize) -> Option<usize> {
         let topo = &self.shared().topology;
         let local = cpu::current_cpu();
-        let cpu = policy::select_node_cpu(local, topo.node_of(local), node, &topo.node_cpus(node));
-        self.shared().queue_work(work, cpu).unwrap_or(false)
+        policy::select_node_cpu(local, topo.node_of(local), node, &topo.node_cpus(node))
     }
 
     /// Runs `f` once on this workqueue and returns a handle to its result.
@@ -480,6 +488,47 @@ impl Workqueue {
         self.try_queue_once(Some(cpu), f, |f| join::pair_named(None, f))
     }
 
+    /// As [`Workqueue::spawn`], on a CPU of NUMA `node` as [`Workqueue::queue_node`]
+    /// picks it: the calling CPU if it is on the node, else the node's first CPU. An
+    /// unknown node acts as `spawn`.
+    ///
+    /// ```
+    /// use podq::{Scope, Topology, Workqueue};
+    ///
+    /// // A fake two-socket machine: its CPUs 0-15 are mapped onto the real ones.
+    /// let wq = Workqueue::builder("doc-spawn-node")
+    ///     .topology(Topology::synthetic("2s4c2t")?)
+    ///     .scope(Scope::Numa)
+    ///     .build()?;
+    /// let ran_on = wq.spawn_node(1, podq::current_cpu).join()?;
+    /// assert_eq!(wq.topology().node_of(ran_on), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Panics
+    /// If the workqueue is draining and the caller is not one of its items; use
+    /// [`Workqueue::try_spawn_node`] to get an error instead.
+    pub fn spawn_node<T: Send + 'static>(
+        &self,
+        node: usize,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> JoinHandle<T> {
+        match self.try_spawn_node(node, f) {
+            Ok(handle) => handle,
+            Err(e) => panic!("{}", e.error()),
+        }
+    }
+
+    /// As [`Workqueue::spawn_node`], with a draining workqueue reported as an error
+    /// that gives the closure back.
+    pub fn try_spawn_node<T, F>(&self, node: usize, f: F) -> Result<JoinHandle<T>, SpawnError<F>>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        self.try_queue_once(self.node_cpu(node), f, |f| join::pair_named(None, f))
+    }
+
     /// Queues the one-shot task `make` builds from `f` (with what it returns beside
     /// the task), on the pod of `cpu` if given, if the workqueue accepts it, else gives
     /// `f` back. Past the check the
@@ -556,6 +605,24 @@ impl Workqueue {
         F: FnOnce() + Send + 'static,
     {
         self.try_queue_once(Some(cpu), f, |f| ((), join::detached(f)))
+    }
+
+    /// As [`Workqueue::execute`], on a CPU of NUMA `node` (as [`Workqueue::spawn_node`]).
+    /// Panics if the workqueue is draining and the caller is not one of its items (see
+    /// [`Workqueue::try_execute_node`]).
+    pub fn execute_node(&self, node: usize, f: impl FnOnce() + Send + 'static) {
+        if let Err(e) = self.try_execute_node(node, f) {
+            panic!("{}", e.error());
+        }
+    }
+
+    /// As [`Workqueue::execute_node`], with a draining workqueue reported as an error
+    /// that gives the closure back.
+    pub fn try_execute_node<F>(&self, node: usize, f: F) -> Result<(), SpawnError<F>>
+    where
+        F: FnOnce() + Send + 'static,
+    {
+        self.try_queue_once(self.node_cpu(node), f, |f| ((), join::detached(f)))
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it

@@ -182,6 +182,58 @@ fn queue_on_and_queue_node_pick_the_pod() {
 }
 
 #[test]
+fn spawn_node_and_execute_node_pick_a_cpu_of_the_node() {
+    // 2 nodes of 2 one-CPU pods: node 0 has CPUs 0-1, node 1 CPUs 2-3.
+    let topo = fake_topology(2, 1, 2, 1);
+    let wq = Workqueue::builder("p-spawn-node")
+        .topology(topo)
+        .scope(Scope::Cpu)
+        .strict(true)
+        .build()
+        .unwrap();
+    let execute_node = |node| {
+        let (tx, rx) = std::sync::mpsc::channel();
+        wq.execute_node(node, move || tx.send(podq::current_cpu()).unwrap());
+        rx.recv().unwrap()
+    };
+    // From CPU 1: the node's first CPU for the other node, the caller's own on its node.
+    podq::set_thread_cpu(Some(1));
+    assert_eq!(wq.spawn_node(1, podq::current_cpu).join().unwrap(), 2);
+    assert_eq!(execute_node(1), 2);
+    assert_eq!(wq.spawn_node(0, podq::current_cpu).join().unwrap(), 1);
+    assert_eq!(execute_node(0), 1);
+    // From CPU 3, node 1's other CPU.
+    podq::set_thread_cpu(Some(3));
+    assert_eq!(wq.spawn_node(1, podq::current_cpu).join().unwrap(), 3);
+    assert_eq!(execute_node(0), 0);
+    // A node the topology does not have acts as `spawn`: the caller's pod.
+    assert_eq!(wq.spawn_node(7, podq::current_cpu).join().unwrap(), 3);
+    assert_eq!(execute_node(usize::MAX), 3);
+    podq::set_thread_cpu(None);
+    // Refused while draining, the closure given back.
+    let gate = Arc::new(Mutex::new(()));
+    let held = gate.lock().unwrap();
+    let g = Arc::clone(&gate);
+    let blocker = wq.spawn_node(0, move || drop(g.lock().unwrap()));
+    std::thread::scope(|s| {
+        let draining = s.spawn(|| wq.drain());
+        while wq.try_execute_node(1, || {}).is_ok() {
+            std::thread::yield_now();
+        }
+        let refused = wq.try_spawn_node(1, || 7).unwrap_err();
+        assert!(
+            refused.error().to_string().contains("draining"),
+            "{}",
+            refused.error()
+        );
+        assert_eq!((refused.into_parts().1)(), 7);
+        drop(held);
+        draining.join().unwrap();
+    });
+    blocker.join().unwrap();
+}
+
+#[test]
 fn spawn_on_and_execute_on_pick_the_pod() {
     let topo = fake_topology(2, 1, 2, 1);
     let wq = Workqueue::builder("p-spawn-on")
