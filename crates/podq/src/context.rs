@@ -7,11 +7,10 @@
 //! Legend: W thread-private (a thread-local of the thread it describes).
 
 use std::cell::{Cell, RefCell};
-use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::entry::{Entry, EntryMeta};
-use crate::pool::PoolCore;
+use crate::pool::{Fifo, PoolCore};
 use crate::workqueue::Completions;
 
 thread_local! {
@@ -27,7 +26,7 @@ thread_local! {
     /// first (given back to the worklist when it blocks). The one exception to W: the
     /// watchdog takes it back for the worklist while the worker runs a demoted item
     /// ([`BatchRef::hand_back`]).
-    pub(crate) static BATCH: RefCell<VecDeque<Entry>> = const { RefCell::new(VecDeque::new()) };
+    pub(crate) static BATCH: RefCell<Fifo<Entry>> = const { RefCell::new(Fifo::new()) };
     /// W: finished items whose accounting this worker holds (`workqueue/completions.rs`).
     pub(crate) static COMPLETIONS: RefCell<Completions> = const { RefCell::new(Completions::new()) };
 }
@@ -35,7 +34,7 @@ thread_local! {
 /// A pool worker's [`BATCH`], as the watchdog reaches it to hand the items of a worker
 /// it took out of the count back to the worklist (`pool/intensive.rs`).
 #[derive(Clone, Copy)]
-pub(crate) struct BatchRef(*const RefCell<VecDeque<Entry>>);
+pub(crate) struct BatchRef(*const RefCell<Fifo<Entry>>);
 
 // SAFETY: the pointer is dereferenced only in `hand_back`, whose contract makes that
 // access exclusive and ordered with the owning thread's; elsewhere it is only copied.
@@ -60,7 +59,7 @@ impl BatchRef {
     /// thread-local are alive, the worker holds no borrow of the batch (it borrows it
     /// only between items, and in `blocking()` under the pool lock), and its next
     /// access comes after the caller's unlock.
-    pub(crate) unsafe fn hand_back(self, into: impl FnOnce(&mut VecDeque<Entry>)) -> usize {
+    pub(crate) unsafe fn hand_back(self, into: impl FnOnce(&mut Fifo<Entry>)) -> usize {
         // SAFETY: by the contract above, the cell is alive and no other access to it
         // runs now; `try_borrow_mut` still refuses rather than aliasing a borrow.
         let cell = unsafe { &*self.0 };

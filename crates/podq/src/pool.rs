@@ -29,13 +29,16 @@ use crate::sync::{
     lock, lock_std, seqcst_pair_fence, thread, unmodelled, AtomicU32, AtomicUsize, Mutex,
 };
 
+mod fifo;
 mod intensive;
 mod rescue;
 mod ring;
 mod watch;
 mod worker;
 mod worklist;
+
 pub(crate) use crate::context::{current_wq, running_work};
+pub(crate) use fifo::Fifo;
 pub(crate) use intensive::{doze, wake_up as watcher_woke, LongRuns};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
 pub(crate) use worklist::Acquire;
@@ -623,7 +626,7 @@ mod loom_tests {
                 let (state, counts, list) = (state.clone(), counts.clone(), list.clone());
                 loom::thread::spawn(move || {
                     lock(&*state).slots[0].as_mut().unwrap().thread = Some(thread::current());
-                    let mut got = VecDeque::new();
+                    let mut got = Fifo::new();
                     let mut spun = false;
                     while got.len() < 2 {
                         if list.take_batch(|n| policy::batch_take(n, 1), &mut got, &Plain) > 0 {

@@ -9,10 +9,11 @@
 //! Legend: I set at init; A atomic (ordering and pair named at each use); S guarded by
 //! its slot's stamp (written by the one thread whose turn the stamp says it is).
 
-use std::collections::VecDeque;
 use std::mem::MaybeUninit;
 
 use crossbeam_utils::CachePadded;
+
+use super::fifo::Fifo;
 
 use crate::sync::Ordering::{Acquire, Relaxed, Release};
 use crate::sync::{spin_wait, AtomicUsize, UnsafeCell};
@@ -198,7 +199,7 @@ impl<T> Ring<T> {
     pub(super) fn take(
         &self,
         max: usize,
-        into: &mut VecDeque<T>,
+        into: &mut Fifo<T>,
         on_retry: &mut dyn FnMut(),
     ) -> (usize, bool) {
         let mut retried = false;
@@ -250,7 +251,7 @@ impl<T> Ring<T> {
 
     /// Moves the items of `positions`, which the caller claimed, to `into`, freeing
     /// their slots, waiting for each one's queuer to have written it.
-    fn read_out(&self, positions: std::ops::Range<usize>, into: &mut VecDeque<T>) {
+    fn read_out(&self, positions: std::ops::Range<usize>, into: &mut Fifo<T>) {
         for p in positions {
             let slot = self.slot(p);
             let mut spins = 0;
@@ -271,7 +272,7 @@ impl<T> Ring<T> {
     /// queuer or a worker, is refused until [`reopen`](Self::reopen), and the items no
     /// worker claimed before go to the end of `into`, oldest first. Returns whether
     /// it was open.
-    pub(super) fn close_into(&self, into: &mut VecDeque<T>) -> bool {
+    pub(super) fn close_into(&self, into: &mut Fifo<T>) -> bool {
         let tail = self.tail.fetch_or(CLOSED, Relaxed);
         if tail & CLOSED != 0 {
             return false;
@@ -297,7 +298,7 @@ impl<T> Ring<T> {
 
 impl<T> Drop for Ring<T> {
     fn drop(&mut self) {
-        self.close_into(&mut VecDeque::new());
+        self.close_into(&mut Fifo::new());
     }
 }
 
@@ -312,7 +313,7 @@ mod tests {
     fn a_claim_calls_back_once_at_its_first_retry() {
         let claims = |ring: &Ring<usize>| {
             let mut retried = 0;
-            let mut out = VecDeque::new();
+            let mut out = Fifo::new();
             for i in 0..20_000 {
                 let mut calls = 0;
                 let again = if i % 2 == 0 {
@@ -346,7 +347,7 @@ mod tests {
     #[test]
     fn items_come_out_in_order_across_laps_until_full_or_closed() {
         let ring = Ring::new(4);
-        let mut out = VecDeque::new();
+        let mut out = Fifo::new();
         for lap in 0..3 {
             for i in 0..4 {
                 assert!(matches!(ring.push(lap * 10 + i, &mut || {}), Ok(false)));
@@ -382,7 +383,7 @@ mod tests {
         assert_eq!(ring.push_run(&mut batch, &mut || {}), (3, false));
         assert_eq!(batch.len(), 5);
         assert_eq!(ring.push_run(&mut batch, &mut || {}), (0, false), "full");
-        let mut out = VecDeque::new();
+        let mut out = Fifo::new();
         assert_eq!(ring.take(2, &mut out, &mut || {}), (2, false));
         assert_eq!(ring.push_run(&mut batch, &mut || {}), (2, false));
         assert_eq!(ring.take(9, &mut out, &mut || {}), (4, false));
@@ -397,7 +398,7 @@ mod tests {
         let ring = Ring::new(2);
         ring.push(item.clone(), &mut || {}).ok().unwrap();
         ring.push(item.clone(), &mut || {}).ok().unwrap();
-        let mut out = VecDeque::new();
+        let mut out = Fifo::new();
         ring.take(1, &mut out, &mut || {});
         ring.push(item.clone(), &mut || {}).ok().unwrap();
         drop(ring);

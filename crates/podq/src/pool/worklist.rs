@@ -10,10 +10,9 @@
 //! at init. Invariant at every release of the worklist lock: the ring is closed exactly
 //! when the spill holds items, and a closed ring holds no item.
 
-use std::collections::VecDeque;
-
 use crossbeam_utils::CachePadded;
 
+use super::fifo::Fifo;
 use super::ring::{Refused, Ring};
 use crate::sync::{lock, AtomicUsize, Mutex, MutexGuard, Ordering::SeqCst};
 
@@ -66,7 +65,7 @@ pub(crate) struct Worklist<T> {
     ring: Option<Box<Ring<T>>>,
     /// K: the items while the ring is closed, oldest first. On a line of its own, as
     /// `len`: a flood past the ring takes this lock for every push.
-    spill: CachePadded<Mutex<VecDeque<T>>>,
+    spill: CachePadded<Mutex<Fifo<T>>>,
     /// A: items waiting, ring and spill: added after an item is in, taken off after
     /// it is out, so a moment below the truth and even below 0 (read as 0).
     /// `SeqCst`: a queuer's increment and its `SeqCst` load of the pool's running and
@@ -100,7 +99,7 @@ impl<T> Worklist<T> {
     pub(crate) fn with_capacity(slots: usize) -> Self {
         Worklist {
             ring: (slots > 0).then(|| Box::new(Ring::new(slots))),
-            spill: CachePadded::new(Mutex::new(VecDeque::new())),
+            spill: CachePadded::new(Mutex::new(Fifo::new())),
             len: CachePadded::new(AtomicUsize::new(0)),
         }
     }
@@ -126,7 +125,7 @@ impl<T> Worklist<T> {
 
     /// Appends `item` under the worklist lock: onto the ring if it is open again and
     /// has room, else onto the spill, closing the ring first.
-    fn push_locked(&self, item: T, spill: &mut VecDeque<T>) {
+    fn push_locked(&self, item: T, spill: &mut Fifo<T>) {
         let item = match self.ring.as_ref().filter(|r| !r.is_closed()) {
             None => item,
             // Counted as the lock's acquisition, which the caller made.
@@ -148,7 +147,7 @@ impl<T> Worklist<T> {
 
     /// Under the worklist lock: once the spill ran dry, gives a flood's memory back
     /// and opens the ring again.
-    fn settle(&self, spill: &mut VecDeque<T>) {
+    fn settle(&self, spill: &mut Fifo<T>) {
         if spill.is_empty() && spill.capacity() > KEPT_SPILL {
             spill.shrink_to(KEPT_SPILL);
         }
@@ -163,7 +162,7 @@ impl<T> Worklist<T> {
 
     /// Under the worklist lock: closes the ring, moving what it holds to the spill
     /// (empty while the ring is open, so the ring's items go first).
-    fn close(&self, spill: &mut VecDeque<T>) {
+    fn close(&self, spill: &mut Fifo<T>) {
         if let Some(ring) = &self.ring {
             ring.close_into(spill);
         }
@@ -195,7 +194,7 @@ impl<T> Worklist<T> {
 
     /// Puts `batch` back in front, in its order: items a worker took and has not
     /// started, given back when it blocks.
-    pub(crate) fn push_front_all(&self, batch: &mut VecDeque<T>) {
+    pub(crate) fn push_front_all(&self, batch: &mut Fifo<T>) {
         if batch.is_empty() {
             return;
         }
@@ -224,7 +223,7 @@ impl<T> Worklist<T> {
     pub(crate) fn take_batch(
         &self,
         want: impl FnOnce(usize) -> usize,
-        into: &mut VecDeque<T>,
+        into: &mut Fifo<T>,
         how: &impl Acquire,
     ) -> usize {
         let waiting = self.len();
@@ -247,8 +246,7 @@ impl<T> Worklist<T> {
             }
         }
         let mut spill = how.acquire(&self.spill);
-        let n = max.min(spill.len());
-        into.extend(spill.drain(..n));
+        let n = spill.move_front_to(max, into);
         self.settle(&mut spill);
         self.len.fetch_sub(n, SeqCst);
         n
@@ -258,7 +256,8 @@ impl<T> Worklist<T> {
     pub(crate) fn take_where(&self, pick: impl Fn(&T) -> bool) -> Option<T> {
         let mut spill = lock(&self.spill);
         self.close(&mut spill);
-        let item = spill.iter().position(pick).and_then(|at| spill.remove(at));
+        let at = spill.iter().position(pick);
+        let item = at.and_then(|at| spill.remove(at));
         self.settle(&mut spill);
         if item.is_some() {
             self.len.fetch_sub(1, SeqCst);
@@ -285,7 +284,7 @@ mod tests {
         for i in 0..10 {
             list.push(i, &Plain);
         }
-        let mut mine = VecDeque::new();
+        let mut mine = Fifo::new();
         assert_eq!(list.take_batch(|len| len / 2, &mut mine, &Plain), 5);
         assert_eq!(mine, [0, 1, 2, 3, 4]);
         assert_eq!(list.len(), 5);
@@ -294,7 +293,7 @@ mod tests {
         assert!(mine.is_empty());
         assert_eq!(list.len(), 9);
         assert_eq!(list.take_where(|&i| i > 6), Some(7));
-        let mut all = VecDeque::new();
+        let mut all = Fifo::new();
         assert_eq!(list.take_batch(|_| 100, &mut all, &Plain), 8);
         assert_eq!(all, [1, 2, 3, 4, 5, 6, 8, 9]);
         assert_eq!(list.take_batch(|_| 100, &mut all, &Plain), 0);
@@ -327,13 +326,9 @@ mod tests {
             let how = Counting::default();
             list.push_many(0..20 * KEPT_SPILL, &how);
             assert!(lock(&list.spill).capacity() >= 19 * KEPT_SPILL);
-            let mut out = VecDeque::new();
+            let mut out = Fifo::new();
             while list.take_batch(|n| n.min(100), &mut out, &how) > 0 {}
-            assert_eq!(
-                out,
-                (0..20 * KEPT_SPILL).collect::<VecDeque<_>>(),
-                "{slots}"
-            );
+            assert!(out.iter().copied().eq(0..20 * KEPT_SPILL), "{slots}");
             assert!(
                 lock(&list.spill).capacity() <= KEPT_SPILL,
                 "kept {} entries",
@@ -362,7 +357,7 @@ mod tests {
             "one acquisition for the rest of the batch"
         );
         assert_eq!(list.len(), 8);
-        let mut out = VecDeque::new();
+        let mut out = Fifo::new();
         assert_eq!(list.take_batch(|_| 3, &mut out, &how), 3);
         list.push(8, &how);
         assert!(
@@ -385,7 +380,7 @@ mod tests {
         let how = Counting::default();
         list.push(0, &how);
         list.push_many(1..3, &how);
-        let mut out = VecDeque::new();
+        let mut out = Fifo::new();
         assert_eq!(list.take_batch(|_| 2, &mut out, &how), 2);
         list.push_front_all(&mut out);
         assert_eq!(list.take_batch(|_| 9, &mut out, &how), 3);
@@ -405,7 +400,7 @@ mod tests {
         assert_eq!(seen, [0, 1, 2, 3, 4]);
         list.push(5, &Plain);
         assert_eq!(list.take_where(|&i| i == 2), Some(2));
-        let mut out = VecDeque::new();
+        let mut out = Fifo::new();
         assert_eq!(list.take_batch(|_| 100, &mut out, &Plain), 5);
         assert_eq!(out, [0, 1, 3, 4, 5]);
         assert!(!list.ring.as_ref().unwrap().is_closed());
@@ -424,7 +419,7 @@ mod tests {
                 let (list, taken) = (list.clone(), taken.clone());
                 std::thread::spawn(move || {
                     let mut last = [None; QUEUERS];
-                    let mut batch = VecDeque::new();
+                    let mut batch = Fifo::new();
                     while taken.load(SeqCst) < QUEUERS * ITEMS {
                         let n = list.take_batch(|len| len.div_ceil(2).min(8), &mut batch, &Plain);
                         if n == 0 {
@@ -432,7 +427,7 @@ mod tests {
                             continue;
                         }
                         taken.fetch_add(n, SeqCst);
-                        for (q, i) in batch.drain(..) {
+                        while let Some((q, i)) = batch.pop_front() {
                             let q: usize = q;
                             assert!(
                                 last[q].map_or(true, |l| i > l),
@@ -481,10 +476,7 @@ mod loom_tests {
 
     /// Two queuers push two items each (one item by item, one as a run) while `work`
     /// runs on this thread; then the rest is taken. Returns every item in the order taken.
-    fn run(
-        slots: usize,
-        work: impl FnOnce(&Worklist<Item>, &mut VecDeque<Item>),
-    ) -> VecDeque<Item> {
+    fn run(slots: usize, work: impl FnOnce(&Worklist<Item>, &mut Fifo<Item>)) -> Fifo<Item> {
         let list = Arc::new(Worklist::with_capacity(slots));
         let queuers: Vec<_> = (0..2)
             .map(|q| {
@@ -500,7 +492,7 @@ mod loom_tests {
                 })
             })
             .collect();
-        let mut taken = VecDeque::new();
+        let mut taken = Fifo::new();
         work(&list, &mut taken);
         for q in queuers {
             q.join().unwrap();
@@ -510,7 +502,7 @@ mod loom_tests {
         taken
     }
 
-    fn check(taken: &VecDeque<Item>) {
+    fn check(taken: &Fifo<Item>) {
         assert_eq!(taken.len(), 4, "{taken:?}");
         for q in 0..2 {
             let seq: Vec<u32> = taken.iter().filter(|e| e.0 == q).map(|e| e.1).collect();
@@ -522,7 +514,7 @@ mod loom_tests {
     /// queuer's in order.
     fn model(
         slots: usize,
-        work: impl Fn(&Worklist<Item>, &mut VecDeque<Item>) + Send + Sync + 'static,
+        work: impl Fn(&Worklist<Item>, &mut Fifo<Item>) + Send + Sync + 'static,
     ) {
         loom::model(move || check(&run(slots, &work)));
     }
@@ -547,7 +539,7 @@ mod loom_tests {
     #[test]
     fn loom_items_given_back_go_first_and_none_is_lost() {
         model(4, |list, taken| {
-            let mut batch = VecDeque::new();
+            let mut batch = Fifo::new();
             list.take_batch(|len| len, &mut batch, &Plain);
             list.push_front_all(&mut batch);
             list.take_batch(|len| len.div_ceil(2), taken, &Plain);
