@@ -385,6 +385,35 @@ mod loom_tests {
         });
     }
 
+    /// The watchdog dozes off while a worker starts an item (`pool/intensive.rs`,
+    /// `Doze`): the worker stores its beat's word then checks the doze flag; the
+    /// watchdog sets the flag, fences, then looks at the word again. In every
+    /// interleaving the watchdog either sees the run and stays awake, or the worker sees
+    /// the flag and wakes it: a run never starts unseen under a doze. It fails if the
+    /// watchdog dozes without its second look, or if the worker's light fence is left
+    /// out.
+    #[test]
+    fn loom_a_run_that_starts_as_the_watchdog_dozes_is_seen() {
+        loom::model(|| {
+            let beat = Arc::new(Beat::new("worker".into()));
+            let doze = Arc::new(crate::pool::Doze::new());
+            let worker = {
+                let (beat, doze) = (beat.clone(), doze.clone());
+                loom::thread::spawn(move || {
+                    beat.start(1, 10);
+                    doze.item_started()
+                })
+            };
+            // The watchdog's first look found the worker idle (word 0).
+            let dozes = doze.begin(|| beat.read().0 != 0);
+            let woke_it = worker.join().unwrap();
+            assert!(
+                !dozes || woke_it,
+                "a run started unseen while the watchdog dozes"
+            );
+        });
+    }
+
     /// The count of a pool's running workers, under its pool lock, as the runtime keeps
     /// it (`Counts::running`, written under the pool lock).
     type Running = Arc<Mutex<usize>>;

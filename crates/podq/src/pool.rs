@@ -39,6 +39,9 @@ mod worklist;
 
 pub(crate) use crate::context::{current_wq, running_work};
 pub(crate) use fifo::Fifo;
+/// The doze's two sides, for the loom model beside the beat's (`busy.rs`).
+#[cfg(all(test, loom))]
+pub(crate) use intensive::Doze;
 pub(crate) use intensive::{doze, wake_up as watcher_woke, LongRuns};
 pub(crate) use rescue::{start_manager, start_rescuer, stop_rescuer};
 pub(crate) use worklist::Acquire;

@@ -318,7 +318,7 @@ fn run() {
     loop {
         let now = Instant::now();
         let intensive = cpu_intensive_threshold();
-        let soon = intensive.is_some_and(|t| long_runs.look(t, now));
+        let mut soon = intensive.is_some_and(|t| long_runs.look(t, now));
         if RETHINK.swap(false, Relaxed) || now >= next_look {
             let watched = watched();
             next_look = now + period(&watched);
@@ -329,14 +329,20 @@ fn run() {
             }
         }
         let until_look = next_look.saturating_duration_since(Instant::now());
-        let dozing = intensive.is_some() && !soon;
+        // Dozing for want of runs: a second look once the flag is set catches a run
+        // that started since the first (`pool::doze`).
+        let dozing = match intensive {
+            Some(t) if !soon => {
+                let dozes = pool::doze(&me, || long_runs.look(t, Instant::now()));
+                soon = !dozes;
+                dozes
+            }
+            _ => false,
+        };
         let sleep = match intensive {
             Some(t) if soon => crate::policy::cpu_intensive_look_period(t).min(until_look),
             _ => until_look,
         };
-        if dozing {
-            pool::doze(&me);
-        }
         std::thread::park_timeout(sleep);
         if pool::watcher_woke(dozing) {
             long_runs.worker_woke(Instant::now());

@@ -17,7 +17,7 @@ use crate::context::BatchRef;
 use crate::fence;
 use crate::policy;
 use crate::sync::lock_std;
-use crate::sync::unmodelled::{AtomicBool, Mutex};
+use crate::sync::unmodelled::Mutex;
 use crate::sync::Ordering::{Relaxed, SeqCst};
 
 /// A live pool worker, as the watchdog finds it.
@@ -30,10 +30,75 @@ struct PoolWorker {
 /// G: every live pool worker.
 static WORKERS: Mutex<Vec<PoolWorker>> = Mutex::new(Vec::new());
 
-/// A: the watchdog looks only as often as its stall checks, for want of runs
-/// ([`policy::CPU_INTENSIVE_DOZE_AFTER`]): the next worker to become active wakes it.
-/// `Relaxed`: a wake-up missed in a race delays a demotion by one slow period at most.
-static DOZING: AtomicBool = AtomicBool::new(false);
+/// The watchdog's doze: it looks only as often as its stall checks, for want of runs
+/// ([`policy::CPU_INTENSIVE_DOZE_AFTER`]), and the next worker to become active or to
+/// start an item wakes it.
+pub(crate) struct Doze {
+    /// A: set by the watchdog as it dozes, cleared by whoever wakes it. `Relaxed`, with
+    /// fences (`fence.rs`): the watchdog's store, a heavy fence, then its look at the
+    /// workers' beats ([`Doze::begin`]) pair with a worker's store of its beat's word
+    /// as an item starts, a light fence, then its load of this flag
+    /// ([`Doze::item_started`]), so of the two at least one sees the other.
+    dozing: crate::sync::AtomicBool,
+}
+
+impl Doze {
+    #[cfg(not(loom))]
+    const fn new() -> Doze {
+        Doze {
+            dozing: crate::sync::AtomicBool::new(false),
+        }
+    }
+
+    #[cfg(loom)]
+    pub(crate) fn new() -> Doze {
+        Doze {
+            dozing: crate::sync::AtomicBool::new(false),
+        }
+    }
+
+    /// A worker's item started (its beat's word is stored): whether the watchdog
+    /// dozes, in which case the caller wakes it.
+    #[inline]
+    pub(crate) fn item_started(&self) -> bool {
+        fence::light();
+        self.wake()
+    }
+
+    /// Whether the watchdog dozes; the caller then wakes it (the flag is cleared).
+    #[inline]
+    fn wake(&self) -> bool {
+        self.dozing.load(Relaxed) && self.dozing.swap(false, Relaxed)
+    }
+
+    /// The watchdog is about to doze: sets the flag, fences heavily, then calls `look`
+    /// (a look at the workers' beats: whether one was active since the last). Returns
+    /// whether to doze: the look found no activity, so a run that starts from now on
+    /// finds the flag. Where the kernel lacks the heavy fence, it dozes unpaired (a run
+    /// that starts at that moment may then be found a slow period late).
+    pub(crate) fn begin(&self, look: impl FnOnce() -> bool) -> bool {
+        self.dozing.store(true, Relaxed);
+        if fence::heavy() && look() {
+            // A worker's unpark may already be on its way: the next park returns early.
+            self.dozing.store(false, Relaxed);
+            return false;
+        }
+        true
+    }
+
+    /// The watchdog woke. Returns whether a worker woke it (it had dozed, and the flag
+    /// is clear).
+    fn end(&self, dozed: bool) -> bool {
+        !self.dozing.swap(false, Relaxed) && dozed
+    }
+}
+
+/// On a line of its own: every item start reads it.
+#[cfg(not(loom))]
+static DOZE: crossbeam_utils::CachePadded<Doze> = crossbeam_utils::CachePadded::new(Doze::new());
+/// Under loom the runtime's doze is never reached (the model makes its own).
+#[cfg(loom)]
+static DOZE: std::sync::LazyLock<Doze> = std::sync::LazyLock::new(Doze::new);
 
 /// G: the thread to wake when a worker becomes active while [`DOZING`].
 static WATCHER: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
@@ -61,24 +126,39 @@ pub(super) fn register(pool: &Arc<PoolCore>) -> Registered {
 /// The calling worker may start items now (it started, was woken, or left a
 /// `blocking` section): wakes the watchdog if it dozes.
 pub(super) fn worker_active() {
-    if DOZING.load(Relaxed) && DOZING.swap(false, Relaxed) {
-        if let Some(watcher) = lock_std(&WATCHER).as_ref() {
-            watcher.unpark();
-        }
+    if DOZE.wake() {
+        wake_watcher();
     }
 }
 
-/// The watchdog (`watcher`) is about to sleep its slow period: the next worker to become
-/// active wakes it.
-pub(crate) fn doze(watcher: &std::thread::Thread) {
+/// The calling worker started an item (after its beat's start): wakes the watchdog if
+/// it dozes, so a run that began as it dozed off is timed from its start.
+#[inline]
+pub(super) fn item_started() {
+    if DOZE.item_started() {
+        wake_watcher();
+    }
+}
+
+#[cold]
+fn wake_watcher() {
+    if let Some(watcher) = lock_std(&WATCHER).as_ref() {
+        watcher.unpark();
+    }
+}
+
+/// The watchdog (`watcher`) is about to sleep its slow period. `look` looks at the
+/// workers again after the doze flag is set ([`Doze::begin`]). Returns whether to doze:
+/// then the next worker to become active or to start an item wakes it.
+pub(crate) fn doze(watcher: &std::thread::Thread, look: impl FnOnce() -> bool) -> bool {
     lock_std(&WATCHER).get_or_insert_with(|| watcher.clone());
-    DOZING.store(true, Relaxed);
+    DOZE.begin(look)
 }
 
 /// The watchdog woke up. Returns whether a worker woke it from a doze (it had dozed,
 /// and the flag is clear).
 pub(crate) fn wake_up(dozed: bool) -> bool {
-    !DOZING.swap(false, Relaxed) && dozed
+    DOZE.end(dozed)
 }
 
 /// What the watchdog remembers of the pool workers between its looks for long runs.

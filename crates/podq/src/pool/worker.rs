@@ -377,6 +377,7 @@ fn execute(
     };
     context::set_running(wq.id, work_addr);
     let running = crate::current::Running::new(wq, pool.id);
+    intensive::item_started();
     let panicked = f();
     if running.end() {
         // The watchdog took this worker out of the count for a long item.
