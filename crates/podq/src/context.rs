@@ -18,10 +18,6 @@ thread_local! {
     pub(crate) static WORKER_POOL: RefCell<Option<Arc<PoolCore>>> = const { RefCell::new(None) };
     /// W: nesting depth of `blocking()` sections.
     pub(crate) static BLOCKING_DEPTH: Cell<usize> = const { Cell::new(0) };
-    /// W: id of the workqueue whose item this thread runs (0: none).
-    static CURRENT_WQ: Cell<u64> = const { Cell::new(0) };
-    /// W: address of the work item this thread runs (0: none).
-    static RUNNING_WORK: Cell<usize> = const { Cell::new(0) };
     /// W: items this worker took from its pool's worklist and has not started, oldest
     /// first (given back to the worklist when it blocks). The one exception to W: the
     /// watchdog takes it back for the worklist while the worker runs a demoted item
@@ -101,17 +97,10 @@ pub(crate) fn works_between_items_for(pool: &PoolCore) -> bool {
 
 /// The id of the workqueue whose item the calling thread is running (0: none).
 pub(crate) fn current_wq() -> u64 {
-    CURRENT_WQ.with(Cell::get)
+    crate::current::running_wq()
 }
 
 /// The address of the work item the calling thread is running (0: none).
 pub(crate) fn running_work() -> usize {
-    RUNNING_WORK.with(Cell::get)
-}
-
-/// Marks the calling thread as running an item of workqueue `wq` (work item at
-/// `work`, 0 for a one-shot item), or as running none (`0, 0`).
-pub(crate) fn set_running(wq: u64, work: usize) {
-    CURRENT_WQ.with(|c| c.set(wq));
-    RUNNING_WORK.with(|c| c.set(work));
+    crate::current::running_work()
 }

@@ -1,5 +1,6 @@
 //! [`current`] (the kernel's `current_work`): what the calling thread is running, read
-//! from two thread-locals set around each run.
+//! from two thread-locals set around each run (also the runtime's own question: which
+//! workqueue's item, which work item).
 //!
 //! Legend: W thread-private (a thread-local of the thread it describes).
 
@@ -9,11 +10,14 @@ use std::sync::Arc;
 
 use crate::workqueue::WqShared;
 
+/// What a thread runs: the item's workqueue (null: none), the pool whose worker runs
+/// it, and the address of its work item (0 for a one-shot item).
+type RunningNow = (*const WqShared, u64, usize);
+
 thread_local! {
-    /// W: the workqueue and pool of the item this thread runs (null: none). Set by
-    /// [`Running`] for exactly one run, during which the item's pwq, and so the
-    /// workqueue, stays alive.
-    static WQ: Cell<(*const WqShared, u64)> = const { Cell::new((ptr::null(), 0)) };
+    /// W: what this thread runs. Set by [`Running`] for exactly one run, during which
+    /// the item's pwq, and so the workqueue, stays alive.
+    static WQ: Cell<RunningNow> = const { Cell::new((ptr::null(), 0, 0)) };
     /// W: the label of the item this thread runs ([`crate::Work::named`]).
     static LABEL: RefCell<Option<Arc<str>>> = const { RefCell::new(None) };
 }
@@ -41,7 +45,7 @@ pub struct Current {
 /// assert!(podq::current().is_none(), "the caller runs no item");
 /// ```
 pub fn current() -> Option<Current> {
-    let (wq, pool) = WQ.with(Cell::get);
+    let (wq, pool, _) = WQ.with(Cell::get);
     if wq.is_null() {
         return None;
     }
@@ -58,18 +62,34 @@ pub fn current() -> Option<Current> {
     })
 }
 
-/// Marks the calling thread as running an item of `wq` on a worker of pool `pool` until
-/// dropped.
+/// The id of the workqueue whose item the calling thread runs (0: none).
+pub(crate) fn running_wq() -> u64 {
+    let (wq, ..) = WQ.with(Cell::get);
+    if wq.is_null() {
+        return 0;
+    }
+    // SAFETY: as in `current`: non-null only inside a run on this thread, which keeps
+    // the workqueue alive.
+    unsafe { &*wq }.id
+}
+
+/// The address of the work item the calling thread runs (0: none, or a one-shot item).
+pub(crate) fn running_work() -> usize {
+    WQ.with(Cell::get).2
+}
+
+/// Marks the calling thread as running an item of `wq` (work item at `work`, 0 for a
+/// one-shot item) on a worker of pool `pool` until dropped.
 pub(crate) struct Running {
-    previous: (*const WqShared, u64),
+    previous: RunningNow,
 }
 
 impl Running {
     #[inline]
-    pub(crate) fn new(wq: &Arc<WqShared>, pool: u64) -> Running {
+    pub(crate) fn new(wq: &Arc<WqShared>, pool: u64, work: usize) -> Running {
         crate::busy::start(wq.id, pool);
         Running {
-            previous: WQ.with(|c| c.replace((Arc::as_ptr(wq), pool))),
+            previous: WQ.with(|c| c.replace((Arc::as_ptr(wq), pool, work))),
         }
     }
 }

@@ -100,7 +100,7 @@ static DOZE: crossbeam_utils::CachePadded<Doze> = crossbeam_utils::CachePadded::
 #[cfg(loom)]
 static DOZE: std::sync::LazyLock<Doze> = std::sync::LazyLock::new(Doze::new);
 
-/// G: the thread to wake when a worker becomes active while [`DOZING`].
+/// G: the thread to wake when a worker becomes active while it dozes ([`Doze`]).
 static WATCHER: Mutex<Option<std::thread::Thread>> = Mutex::new(None);
 
 /// A pool worker's registration; dropped when the worker exits.

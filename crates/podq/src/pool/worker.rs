@@ -375,8 +375,7 @@ fn execute(
         record.locality(&owner.topology, meta.queued_cpu(), cpu);
         meta.measured().map(|sample| record.measured_start(sample))
     };
-    context::set_running(wq.id, work_addr);
-    let running = crate::current::Running::new(wq, pool.id);
+    let running = crate::current::Running::new(wq, pool.id, work_addr);
     intensive::item_started();
     let panicked = f();
     if running.end() {
@@ -387,7 +386,6 @@ fn execute(
     if let Some(start) = start {
         record.measured_end(start);
     }
-    context::set_running(0, 0);
     // The workqueue's `completed` count is added when the completion settles
     // (`workqueue/completions.rs`), once per batch.
     record.completed();
