@@ -366,8 +366,7 @@ fn execute(
     let wq = &meta.pwq.wq;
     let cpu = pool.worker_cpu();
     cpu::set_thread_cpu(Some(cpu));
-    record.started();
-    wq.counters.inc(Item::Started);
+    record.started(&wq.counters);
     // Two clock reads per measured item (`stats/sample.rs`, `stats/clock.rs`): the
     // start (also the end of the queue-to-start wait) and the end; none for the others.
     #[cfg(feature = "stats")]

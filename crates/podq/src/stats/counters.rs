@@ -76,53 +76,52 @@ pub(crate) struct WorkerCounters {
     pub(super) queue_to_start: Histogram,
     pub(super) run_time: Histogram,
     last_locality: LastLocality,
+    /// The worker's shard of sharded counts ([`my_shard`], the same for its life),
+    /// looked up once at registration: `Shared(0)` as made by `default`.
+    shard: (usize, bool),
 }
 
 /// The last locality class a worker found, kept for the next item queued from the same
 /// CPU while the worker runs on the same CPU: the classification reads the topology's
 /// CPU slots and sets, which a flood's stream of items pushes out of the cache (in a
 /// profile it took nearly as long as the rest of the worker's statistics). Valid for the
-/// worker's life: its pool's topology does not change. Written and read by the owning
-/// worker only (AW), so the two fields need not change together.
+/// worker's life: its pool's topology does not change, and the class is a function of
+/// the two CPUs (an unknown CPU, `usize::MAX`, included). Written and read by the
+/// owning worker only (AW), so the fields need not change together.
 #[derive(Debug)]
 struct LastLocality {
-    /// The queueing CPU in the high half and the running CPU in the low half (`NONE`:
-    /// none yet, or CPUs beyond 32 bits).
-    cpus: unmodelled::AtomicU64,
-    /// Its class, as `locality_index`.
+    /// The queueing CPU.
+    queued: unmodelled::AtomicUsize,
+    /// The running CPU.
+    ran: unmodelled::AtomicUsize,
+    /// Their class, as `locality_index`.
     index: unmodelled::AtomicUsize,
 }
 
 impl LastLocality {
-    const NONE: u64 = u64::MAX;
-
-    fn key(queued: usize, ran: usize) -> u64 {
-        match (u32::try_from(queued), u32::try_from(ran)) {
-            (Ok(q), Ok(r)) if (q, r) != (u32::MAX, u32::MAX) => u64::from(q) << 32 | u64::from(r),
-            _ => Self::NONE,
-        }
-    }
-
     /// The class index of an item queued on `queued` and run on `ran`, classified in
     /// `topology` unless it is the last one's.
     #[inline]
     fn index(&self, topology: &Topology, queued: usize, ran: usize) -> usize {
-        let key = Self::key(queued, ran);
-        if key != Self::NONE && self.cpus.load(Relaxed) == key {
+        if self.queued.load(Relaxed) == queued && self.ran.load(Relaxed) == ran {
             return self.index.load(Relaxed);
         }
         let index = classify(topology, queued, ran);
-        self.cpus.store(key, Relaxed);
+        self.queued.store(queued, Relaxed);
+        self.ran.store(ran, Relaxed);
         self.index.store(index, Relaxed);
         index
     }
 }
 
 impl Default for LastLocality {
+    /// Two unknown CPUs, whose class is the same CPU's (as `policy::locality` has it
+    /// for two equal CPUs).
     fn default() -> Self {
         LastLocality {
-            cpus: unmodelled::AtomicU64::new(Self::NONE),
-            index: unmodelled::AtomicUsize::new(0),
+            queued: unmodelled::AtomicUsize::new(usize::MAX),
+            ran: unmodelled::AtomicUsize::new(usize::MAX),
+            index: unmodelled::AtomicUsize::new(locality_index(Place::SameCpu)),
         }
     }
 }
@@ -147,11 +146,16 @@ pub(crate) enum Recorder<'a> {
 
 #[cfg_attr(not(feature = "stats"), allow(dead_code))]
 impl Recorder<'_> {
+    /// Counts an item started, here and in its workqueue's counts `wq`: a worker's
+    /// count there goes to the shard it looked up once.
     #[inline]
-    pub(crate) fn started(self) {
+    pub(crate) fn started(self, wq: &ItemCounters) {
         match self {
-            Recorder::Worker(w) => w.started.inc(),
-            Recorder::Shared(p) => p.items.inc(Item::Started),
+            Recorder::Worker(w) => {
+                w.started.inc();
+                wq.add_in(w.shard, Item::Started, 1);
+            }
+            Recorder::Shared(p) => ItemCounters::inc_both(&p.items, wq, Item::Started),
         }
     }
 
@@ -567,7 +571,11 @@ pub(crate) struct PoolCounters {
 impl PoolCounters {
     /// New counters for a worker starting in this pool.
     pub(crate) fn register_worker(&self) -> Arc<WorkerCounters> {
-        let mine = Arc::new(WorkerCounters::default());
+        // Called on the worker's thread: its shard is its own.
+        let mine = Arc::new(WorkerCounters {
+            shard: my_shard(),
+            ..WorkerCounters::default()
+        });
         crate::sync::lock_std(&self.workers).push(Arc::clone(&mine));
         mine
     }
@@ -622,12 +630,18 @@ mod tests {
                 "{queued} -> {ran}"
             );
         }
-        // A CPU beyond the key's range is classified each time (never cached).
-        assert_eq!(
-            last.index(&topology, usize::MAX, 0),
-            locality_index(Place::Remote)
-        );
-        assert_eq!(last.cpus.load(Relaxed), LastLocality::NONE);
+        // Unknown CPUs, as a fresh worker's cache starts with them, then again.
+        let fresh = LastLocality::default();
+        for _ in 0..2 {
+            for (queued, ran) in [(usize::MAX, usize::MAX), (usize::MAX, 0), (0, usize::MAX)] {
+                let expected = classify(&topology, queued, ran);
+                assert_eq!(
+                    fresh.index(&topology, queued, ran),
+                    expected,
+                    "{queued} -> {ran}"
+                );
+            }
+        }
     }
 
     #[test]

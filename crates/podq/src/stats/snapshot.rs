@@ -255,13 +255,15 @@ mod tests {
         let (a, b) = (pool.register_worker(), pool.register_worker());
         // One LLC of four cores without SMT: CPU 1 is in CPU 0's LLC.
         let topology = crate::Topology::synthetic("1s4c1t").unwrap();
+        // A workqueue's counts, which every start adds to as well.
+        let wq = crate::stats::ItemCounters::default();
         for v in 1..=300u64 {
             let record = match v % 3 {
                 0 => Recorder::Worker(&a),
                 1 => Recorder::Worker(&b),
                 _ => Recorder::Shared(&pool),
             };
-            record.started();
+            record.started(&wq);
             record.completed();
             record.locality(&topology, 0, 1);
             let weight = 1 << (v % 4);
@@ -280,6 +282,7 @@ mod tests {
         }
         let before = PoolStats::from_counters(&pool);
         assert_eq!((before.totals.started, before.totals.completed), (300, 300));
+        assert_eq!(wq.get(crate::stats::Item::Started), 300);
         assert_eq!(before.locality.same_llc, 300);
         assert_eq!(before.dequeue_lock.acquisitions, 1);
         assert_eq!(before.run_time_ns, all.snapshot());
