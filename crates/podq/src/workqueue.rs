@@ -317,6 +317,15 @@ impl fmt::Debug for Workqueue {
     }
 }
 
+/// What a panicking spawn or execute returns: its `try_` form's result, or its refusal
+/// (the workqueue drains and the caller is not one of its items) as a panic.
+fn accepted<T, F>(result: Result<T, SpawnError<F>>) -> T {
+    match result {
+        Ok(made) => made,
+        Err(e) => panic!("{}", e.error()),
+    }
+}
+
 impl Workqueue {
     fn shared(&self) -> &Arc<WqShared> {
         &self.handle.shared
@@ -410,10 +419,7 @@ impl Workqueue {
         &self,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> JoinHandle<T> {
-        match self.try_spawn(f) {
-            Ok(handle) => handle,
-            Err(e) => panic!("{}", e.error()),
-        }
+        accepted(self.try_spawn(f))
     }
 
     /// As [`Workqueue::spawn`], with a draining workqueue reported as an error that
@@ -472,10 +478,7 @@ impl Workqueue {
         cpu: usize,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> JoinHandle<T> {
-        match self.try_spawn_on(cpu, f) {
-            Ok(handle) => handle,
-            Err(e) => panic!("{}", e.error()),
-        }
+        accepted(self.try_spawn_on(cpu, f))
     }
 
     /// As [`Workqueue::spawn_on`], with a draining workqueue reported as an error that
@@ -513,10 +516,7 @@ impl Workqueue {
         node: usize,
         f: impl FnOnce() -> T + Send + 'static,
     ) -> JoinHandle<T> {
-        match self.try_spawn_node(node, f) {
-            Ok(handle) => handle,
-            Err(e) => panic!("{}", e.error()),
-        }
+        accepted(self.try_spawn_node(node, f))
     }
 
     /// As [`Workqueue::spawn_node`], with a draining workqueue reported as an error
@@ -575,9 +575,7 @@ impl Workqueue {
     /// # Ok::<(), podq::Error>(())
     /// ```
     pub fn execute(&self, f: impl FnOnce() + Send + 'static) {
-        if let Err(e) = self.try_execute(f) {
-            panic!("{}", e.error());
-        }
+        accepted(self.try_execute(f))
     }
 
     /// As [`Workqueue::execute`], with a draining workqueue reported as an error that
@@ -593,9 +591,7 @@ impl Workqueue {
     /// Panics if the workqueue is draining and the caller is not one of its items (see
     /// [`Workqueue::try_execute_on`]).
     pub fn execute_on(&self, cpu: usize, f: impl FnOnce() + Send + 'static) {
-        if let Err(e) = self.try_execute_on(cpu, f) {
-            panic!("{}", e.error());
-        }
+        accepted(self.try_execute_on(cpu, f))
     }
 
     /// As [`Workqueue::execute_on`], with a draining workqueue reported as an error
@@ -611,9 +607,7 @@ impl Workqueue {
     /// Panics if the workqueue is draining and the caller is not one of its items (see
     /// [`Workqueue::try_execute_node`]).
     pub fn execute_node(&self, node: usize, f: impl FnOnce() + Send + 'static) {
-        if let Err(e) = self.try_execute_node(node, f) {
-            panic!("{}", e.error());
-        }
+        accepted(self.try_execute_node(node, f))
     }
 
     /// As [`Workqueue::execute_node`], with a draining workqueue reported as an error

@@ -210,17 +210,32 @@ fn spawn_node_and_execute_node_pick_a_cpu_of_the_node() {
     assert_eq!(wq.spawn_node(7, podq::current_cpu).join().unwrap(), 3);
     assert_eq!(execute_node(usize::MAX), 3);
     podq::set_thread_cpu(None);
-    // Refused while draining, the closure given back.
+    refused_while_draining(
+        &wq,
+        |f| wq.spawn_node(0, f),
+        |f| wq.try_execute_node(1, f).is_ok(),
+        |f| wq.try_spawn_node(1, f),
+    );
+}
+
+/// While `wq` drains behind an item that `spawn_blocker` queued, a placement's
+/// `try_execute` and `try_spawn` are refused, the closure given back.
+fn refused_while_draining(
+    wq: &Workqueue,
+    spawn_blocker: impl FnOnce(Box<dyn FnOnce() + Send>) -> podq::JoinHandle<()>,
+    try_execute: impl Fn(fn()) -> bool,
+    try_spawn: impl FnOnce(fn() -> u32) -> Result<podq::JoinHandle<u32>, podq::SpawnError<fn() -> u32>>,
+) {
     let gate = Arc::new(Mutex::new(()));
     let held = gate.lock().unwrap();
     let g = Arc::clone(&gate);
-    let blocker = wq.spawn_node(0, move || drop(g.lock().unwrap()));
+    let blocker = spawn_blocker(Box::new(move || drop(g.lock().unwrap())));
     std::thread::scope(|s| {
         let draining = s.spawn(|| wq.drain());
-        while wq.try_execute_node(1, || {}).is_ok() {
+        while try_execute(|| {}) {
             std::thread::yield_now();
         }
-        let refused = wq.try_spawn_node(1, || 7).unwrap_err();
+        let refused = try_spawn(|| 7).unwrap_err();
         assert!(
             refused.error().to_string().contains("draining"),
             "{}",
@@ -254,27 +269,12 @@ fn spawn_on_and_execute_on_pick_the_pod() {
     podq::set_thread_cpu(Some(2));
     assert_eq!(wq.spawn_on(1000, podq::current_cpu).join().unwrap(), 2);
     podq::set_thread_cpu(None);
-    // Refused while draining, the closure given back.
-    let gate = Arc::new(Mutex::new(()));
-    let held = gate.lock().unwrap();
-    let g = Arc::clone(&gate);
-    let blocker = wq.spawn_on(0, move || drop(g.lock().unwrap()));
-    std::thread::scope(|s| {
-        let draining = s.spawn(|| wq.drain());
-        while wq.try_execute_on(1, || {}).is_ok() {
-            std::thread::yield_now();
-        }
-        let refused = wq.try_spawn_on(1, || 7).unwrap_err();
-        assert!(
-            refused.error().to_string().contains("draining"),
-            "{}",
-            refused.error()
-        );
-        assert_eq!((refused.into_parts().1)(), 7);
-        drop(held);
-        draining.join().unwrap();
-    });
-    blocker.join().unwrap();
+    refused_while_draining(
+        &wq,
+        |f| wq.spawn_on(0, f),
+        |f| wq.try_execute_on(1, f).is_ok(),
+        |f| wq.try_spawn_on(1, f),
+    );
 }
 
 #[test]
