@@ -90,17 +90,7 @@ pub(crate) fn settle_completions() -> bool {
 /// Whether the calling thread is a worker of `pool` between two items: not inside one
 /// (whose `blocking()` section gives the batch back to the worklist) and not exiting.
 pub(crate) fn works_between_items_for(pool: &PoolCore) -> bool {
-    current_wq() == 0
+    crate::current::current_wq() == 0
         && BLOCKING_DEPTH.with(Cell::get) == 0
         && WORKER_POOL.with(|p| p.borrow().as_deref().is_some_and(|w| std::ptr::eq(w, pool)))
-}
-
-/// The id of the workqueue whose item the calling thread is running (0: none).
-pub(crate) fn current_wq() -> u64 {
-    crate::current::running_wq()
-}
-
-/// The address of the work item the calling thread is running (0: none).
-pub(crate) fn running_work() -> usize {
-    crate::current::running_work()
 }

@@ -63,7 +63,7 @@ pub fn current() -> Option<Current> {
 }
 
 /// The id of the workqueue whose item the calling thread runs (0: none).
-pub(crate) fn running_wq() -> u64 {
+pub(crate) fn current_wq() -> u64 {
     let (wq, ..) = WQ.with(Cell::get);
     if wq.is_null() {
         return 0;

@@ -37,7 +37,7 @@ mod watch;
 mod worker;
 mod worklist;
 
-pub(crate) use crate::context::{current_wq, running_work};
+pub(crate) use crate::current::{current_wq, running_work};
 pub(crate) use fifo::Fifo;
 /// The doze's two sides, for the loom model beside the beat's (`busy.rs`).
 #[cfg(all(test, loom))]

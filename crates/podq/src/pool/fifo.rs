@@ -184,6 +184,11 @@ impl<T> Fifo<T> {
         Some(unsafe { self.buf[self.slot(i)].assume_init_ref() })
     }
 
+    /// Drops every item, keeping the buffer.
+    pub(crate) fn clear(&mut self) {
+        while self.pop_front().is_some() {}
+    }
+
     /// The oldest item.
     pub(crate) fn front(&self) -> Option<&T> {
         self.get(0)
@@ -229,14 +234,7 @@ impl<T> Default for Fifo<T> {
 
 impl<T> Drop for Fifo<T> {
     fn drop(&mut self) {
-        while self.pop_front().is_some() {}
-    }
-}
-
-#[cfg(test)]
-impl<T> Fifo<T> {
-    pub(crate) fn clear(&mut self) {
-        while self.pop_front().is_some() {}
+        self.clear();
     }
 }
 

@@ -43,13 +43,8 @@ pub(crate) struct Doze {
 }
 
 impl Doze {
-    #[cfg(not(loom))]
-    const fn new() -> Doze {
-        Doze {
-            dozing: crate::sync::AtomicBool::new(false),
-        }
-    }
-
+    /// Under loom only: the runtime's static is built in place (a loom atomic has no
+    /// `const` constructor).
     #[cfg(loom)]
     pub(crate) fn new() -> Doze {
         Doze {
@@ -95,7 +90,9 @@ impl Doze {
 
 /// On a line of its own: every item start reads it.
 #[cfg(not(loom))]
-static DOZE: crossbeam_utils::CachePadded<Doze> = crossbeam_utils::CachePadded::new(Doze::new());
+static DOZE: crossbeam_utils::CachePadded<Doze> = crossbeam_utils::CachePadded::new(Doze {
+    dozing: crate::sync::AtomicBool::new(false),
+});
 /// Under loom the runtime's doze is never reached (the model makes its own).
 #[cfg(loom)]
 static DOZE: std::sync::LazyLock<Doze> = std::sync::LazyLock::new(Doze::new);
