@@ -17,7 +17,7 @@ pub(crate) enum Task {
         seq: u32,
     },
     /// A one-shot closure (`spawn`).
-    Once(crate::join::OnceTask),
+    Once(crate::once::OnceTask),
 }
 
 /// One queued item: what to run and the accounting it carries. Its count in the pwq's

@@ -4,8 +4,9 @@
 //! one [`Spawned`] block, shared by the queue entry ([`OnceTask`]) and the handle. The
 //! block's reference count is two bits of its state word, so a fire-and-forget item
 //! (handle dropped before it runs) costs one locked instruction in all: the handle's
-//! drop. An item with no handle at all (`Workqueue::execute`) has a block that is its
-//! closure alone ([`Detached`]), with no state word: nothing but its task refers to it.
+//! drop. An item with no handle at all (`Workqueue::execute`) has no block of this
+//! kind: its closure travels in the entry itself, or alone in a block of its own
+//! (`once.rs`).
 //!
 //! Protocol, on one state word (`DONE`, `RESULT`, `WAITER_LOCK`, and the references
 //! `TASK`, `HANDLE`) and one slot that holds the waiter until the item is done and the
@@ -59,6 +60,7 @@ use std::task::{Context, Poll, Waker};
 use crate::sync::Ordering::{AcqRel, Acquire, Release};
 use std::sync::Arc;
 
+use crate::once::OnceTask;
 use crate::sync::{spin_wait, thread, AtomicU32, UnsafeCell};
 use crate::work::panic_message;
 
@@ -328,7 +330,7 @@ impl<F, T, L> Spawned<F, T, L> {
 /// What a queue entry does with its spawned item. Each method ends the task's
 /// reference and returns whether it was the last one: the caller then frees the block
 /// (after the borrow of it ended).
-trait RunOnce: Send + Sync {
+pub(crate) trait RunOnce: Send + Sync {
     /// Runs it; returns the panic message if it panicked.
     fn run(&self) -> (Option<String>, bool);
     /// It will never run: completes the handle with an error.
@@ -446,56 +448,6 @@ where
 
     fn release(&self) -> bool {
         self.state.fetch_and(!HANDLE, AcqRel) & TASK == 0
-    }
-}
-
-/// A spawned item as it travels through a workqueue. Dropped without [`OnceTask::run`]
-/// (refused, or lost with its workqueue), it completes the handle with an error.
-pub(crate) struct OnceTask(Option<NonNull<dyn RunOnce>>);
-
-// SAFETY: the pointer is the task's reference to a `Spawned` block that is `Send +
-// Sync` (`RunOnce`'s bounds); the task is not cloned, so moving it moves that
-// reference.
-unsafe impl Send for OnceTask {}
-
-impl OnceTask {
-    /// Runs the item; returns its panic message if it panicked.
-    pub(crate) fn run(mut self) -> Option<String> {
-        let block = self.0.take()?;
-        // SAFETY: the task's reference (`TASK`) keeps the block alive until `run`
-        // returns; the block is freed below only if that was the last reference.
-        let (message, last) = unsafe { block.as_ref() }.run();
-        if last {
-            // SAFETY: the last reference is gone; the block came from `Box::leak`.
-            drop(unsafe { Box::from_raw(block.as_ptr()) });
-        }
-        message
-    }
-
-    /// Its identity (the spawned block's address) and label, for the trace events.
-    #[cfg(feature = "tracing")]
-    pub(crate) fn traced(&self) -> (usize, Option<&Arc<str>>) {
-        match self.0 {
-            Some(block) => (
-                block.as_ptr().cast::<()>() as usize,
-                // SAFETY: the task's reference keeps the block alive while the task
-                // lives, and the label is borrowed from the task.
-                unsafe { block.as_ref() }.label(),
-            ),
-            None => (0, None),
-        }
-    }
-}
-
-impl Drop for OnceTask {
-    fn drop(&mut self) {
-        if let Some(block) = self.0.take() {
-            // SAFETY: as in `run`.
-            if unsafe { block.as_ref() }.abandon() {
-                // SAFETY: as in `run`.
-                drop(unsafe { Box::from_raw(block.as_ptr()) });
-            }
-        }
     }
 }
 
@@ -654,61 +606,6 @@ pub(crate) fn pair_named<T: Send + 'static>(
     }
 }
 
-/// The task of an item that no handle will read (`Workqueue::execute`): its block is
-/// the closure alone ([`Detached`]).
-pub(crate) fn detached(f: impl FnOnce() + Send + 'static) -> OnceTask {
-    let block = Box::new(Detached {
-        f: UnsafeCell::new(MaybeUninit::new(f)),
-    });
-    OnceTask(Some(NonNull::from(Box::leak(block))))
-}
-
-/// The block of an item with no handle: only its closure. A [`Spawned`] block's state
-/// word, result and waiter serve the handle; here the task is the one reference, so
-/// its holder runs or drops the closure and frees the block with no state to read, and
-/// the block is 32 bytes smaller (for an 8-byte closure, 8 bytes instead of 40; a
-/// capture-free closure takes no allocation at all).
-struct Detached<F> {
-    /// D: the closure, read out once by the task's holder (`run` or `abandon`), so
-    /// never there when the block is freed.
-    f: UnsafeCell<MaybeUninit<F>>,
-}
-
-// SAFETY: the closure is touched only by the task's holder (D), and the block is not
-// shared: the task is its one reference.
-unsafe impl<F: Send> Sync for Detached<F> {}
-
-impl<F> Detached<F> {
-    /// Takes the closure (D: only the task's holder calls this, once).
-    fn take_closure(&self) -> F {
-        // SAFETY: written when the block was made; the task's holder alone reads it,
-        // once (D), and the block never drops it.
-        self.f.with_mut(|f| unsafe { (*f).assume_init_read() })
-    }
-}
-
-impl<F> RunOnce for Detached<F>
-where
-    F: FnOnce() + Send,
-{
-    fn run(&self) -> (Option<String>, bool) {
-        let f = self.take_closure();
-        // Unlabelled: `crate::current()` reports no label, as between items.
-        let outcome = catch_unwind(AssertUnwindSafe(f));
-        (outcome.err().map(|payload| panic_message(&*payload)), true)
-    }
-
-    #[cfg(feature = "tracing")]
-    fn label(&self) -> Option<&Arc<str>> {
-        None
-    }
-
-    fn abandon(&self) -> bool {
-        drop(self.take_closure());
-        true
-    }
-}
-
 /// The block for `f` with `label`, and its two references.
 fn pair_in<T: Send + 'static, L: Label>(
     label: L,
@@ -720,7 +617,7 @@ fn pair_in<T: Send + 'static, L: Label>(
             shared: block,
             claimed: false,
         },
-        OnceTask(Some(block)),
+        OnceTask::block(block),
     )
 }
 
@@ -747,39 +644,6 @@ mod tests {
         assert_eq!(task.run(), None);
         assert!(handle.is_finished());
         assert_eq!(handle.join().unwrap(), 42);
-    }
-
-    #[test]
-    fn a_detached_item_runs_or_drops_its_closure_once() {
-        let (tx, rx) = std::sync::mpsc::channel();
-        let guard = DropCount::default();
-        let dropped = Arc::clone(&guard.0);
-        let task = detached(move || {
-            let _guard = guard;
-            tx.send(1).unwrap();
-        });
-        assert_eq!(task.run(), None);
-        assert_eq!(rx.try_recv(), Ok(1));
-        assert_eq!(dropped.load(std::sync::atomic::Ordering::SeqCst), 1);
-        let guard = DropCount::default();
-        let dropped = Arc::clone(&guard.0);
-        drop(detached(move || drop(guard)));
-        assert_eq!(
-            dropped.load(std::sync::atomic::Ordering::SeqCst),
-            1,
-            "dropped unrun"
-        );
-        assert_eq!(detached(|| panic!("alone")).run().as_deref(), Some("alone"));
-    }
-
-    /// Counts its drops.
-    #[derive(Default)]
-    struct DropCount(Arc<std::sync::atomic::AtomicUsize>);
-
-    impl Drop for DropCount {
-        fn drop(&mut self) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        }
     }
 
     #[test]
@@ -824,11 +688,6 @@ mod tests {
         // 4 (state, padded to 8) + 8 (closure) + 8 (the slot: waiter, then result).
         assert_eq!(size_of_block(&f, ()), 24);
         assert_eq!(size_of_block(&f, Arc::<str>::from("x")), 40);
-        // An item without a handle (`execute`): the closure alone.
-        fn size_of_detached<F>(_: &F) -> usize {
-            std::mem::size_of::<Detached<F>>()
-        }
-        assert_eq!(size_of_detached(&f), 8);
     }
 
     #[test]

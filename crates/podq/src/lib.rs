@@ -138,6 +138,7 @@ mod fence;
 mod global;
 mod join;
 mod lease;
+mod once;
 mod pool;
 mod published;
 pub mod stats;

@@ -40,7 +40,7 @@ use std::sync::Arc;
 #[cfg(feature = "tracing")]
 use crate::entry::Task;
 use crate::entry::{Entry, EntryMeta};
-use crate::join::OnceTask;
+use crate::once::OnceTask;
 use crate::pool::PoolCore;
 use crate::work::WorkInner;
 #[cfg(feature = "tracing")]

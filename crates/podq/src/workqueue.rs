@@ -64,6 +64,7 @@ use crate::auto::{self, AutoRun};
 use crate::cpu::{self, CpuMap};
 use crate::delayed::{self, DelayedWork};
 use crate::join::{self, JoinHandle};
+use crate::once;
 use crate::policy::{self, Activation, Admission, PwqChoice, PwqQueue};
 use crate::pool::{self, Pool, PoolCore};
 use crate::stats::{Item, ItemCounters, PoolStats, WorkqueueStats};
@@ -540,7 +541,7 @@ impl Workqueue {
         &self,
         cpu: Option<usize>,
         f: F,
-        make: impl FnOnce(F) -> (R, join::OnceTask),
+        make: impl FnOnce(F) -> (R, once::OnceTask),
     ) -> Result<R, SpawnError<F>> {
         let wq = self.shared();
         if let Err(e) = wq.check_accepting() {
@@ -551,10 +552,12 @@ impl Workqueue {
         Ok(made)
     }
 
-    /// Queues `f` to run once, with no handle: fire-and-forget, as `rayon::spawn`. It
-    /// costs one allocation, the closure's (none for a closure that captures
-    /// nothing), and beyond the queue call no locked instruction (a spawned item's
-    /// handle costs one to drop). A panic in `f` goes to the panic hook,
+    /// Queues `f` to run once, with no handle: fire-and-forget, as `rayon::spawn`. A
+    /// closure of up to two words (say an `Arc` and an index), aligned to at most one,
+    /// travels in the queue entry itself and costs no allocation; a larger one costs
+    /// one, its own (builds with the `tracing` feature always allocate: the events
+    /// name an item by its block). Beyond the queue call it costs no locked
+    /// instruction (a spawned item's handle costs one to drop). A panic in `f` goes to the panic hook,
     /// as for a spawned item whose handle was dropped. Panics if the workqueue is
     /// draining and the caller is not one of its items (see [`Workqueue::try_execute`]).
     ///
@@ -584,7 +587,7 @@ impl Workqueue {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.try_queue_once(None, f, |f| ((), join::detached(f)))
+        self.try_queue_once(None, f, |f| ((), once::detached(f)))
     }
 
     /// As [`Workqueue::execute`], on the pod of `cpu` (as [`Workqueue::spawn_on`]).
@@ -600,7 +603,7 @@ impl Workqueue {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.try_queue_once(Some(cpu), f, |f| ((), join::detached(f)))
+        self.try_queue_once(Some(cpu), f, |f| ((), once::detached(f)))
     }
 
     /// As [`Workqueue::execute`], on a CPU of NUMA `node` (as [`Workqueue::spawn_node`]).
@@ -616,7 +619,7 @@ impl Workqueue {
     where
         F: FnOnce() + Send + 'static,
     {
-        self.try_queue_once(self.node_cpu(node), f, |f| ((), join::detached(f)))
+        self.try_queue_once(self.node_cpu(node), f, |f| ((), once::detached(f)))
     }
 
     /// Arms `dwork` to be queued after `delay` (at once for zero). Returns false if it

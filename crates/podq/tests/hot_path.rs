@@ -1,6 +1,7 @@
 //! Queueing a re-queued `Work` allocates nothing, a `spawn` allocates once (the
-//! closure and its join state in one block) and an `execute` once (its closure; none
-//! for a closure that captures nothing), counted on every thread, workers
+//! closure and its join state in one block) and an `execute` nothing for a closure of
+//! up to two words (it travels in the queue entry) and once for a larger one (its
+//! closure), counted on every thread, workers
 //! included (once the pools, the table's reader slot and the queues' capacities are
 //! warm). Syscalls and futex wakes are measured by the benchmarks, not here.
 
@@ -191,32 +192,41 @@ fn allocations_of_executes(
     ALLOCS.load(SeqCst)
 }
 
-/// An executed item's block is its closure alone, so one that captures nothing takes
-/// no allocation at all.
+/// An executed item's closure of up to two words travels in its queue entry: no
+/// allocation at all (builds with `tracing` keep every closure in a block).
 #[test]
-fn execute_of_a_capture_free_closure_allocates_nothing() {
-    static RUNS: AtomicUsize = AtomicUsize::new(0);
+fn execute_of_a_two_word_closure_allocates_nothing() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
-    let allocs = allocations_of_executes("execute-zero-allocs", &RUNS, |wq| {
-        wq.execute(|| {
-            RUNS.fetch_add(1, SeqCst);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let allocs = allocations_of_executes("execute-zero-allocs", &runs, |wq| {
+        let runs = runs.clone();
+        let seq = std::hint::black_box(1usize);
+        wq.execute(move || {
+            runs.fetch_add(seq, SeqCst);
         })
     });
+    let expected = if cfg!(feature = "tracing") {
+        EXECUTES
+    } else {
+        0
+    };
     // One per item would add EXECUTES.
     assert!(
-        allocs <= ONE_OFFS,
+        (expected..=expected + ONE_OFFS).contains(&allocs),
         "{allocs} allocations for {EXECUTES} executed items"
     );
 }
 
+/// A larger closure is a block of its own: one allocation per item.
 #[test]
-fn execute_allocates_once_per_item_on_all_threads() {
+fn execute_of_a_larger_closure_allocates_once_per_item_on_all_threads() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let runs = Arc::new(AtomicUsize::new(0));
     let allocs = allocations_of_executes("execute-allocs", &runs, |wq| {
         let runs = runs.clone();
+        let (one, zero) = std::hint::black_box((1usize, 0usize));
         wq.execute(move || {
-            runs.fetch_add(1, SeqCst);
+            runs.fetch_add(one + zero, SeqCst);
         });
     });
     // One block per item (the `Arc` clone captured here is not an allocation); one
