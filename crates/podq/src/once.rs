@@ -14,7 +14,8 @@
 //! an item by its block's address, which an inline closure does not have (it moves
 //! with its entry).
 //!
-//! Legend: D owned by the task's holder (it moves with the task).
+//! Legend: I set when the task is made; D owned by the task's holder (it moves with
+//! the task).
 
 use std::marker::PhantomData;
 use std::mem::{align_of, size_of, ManuallyDrop, MaybeUninit};
