@@ -88,10 +88,8 @@ unsafe fn run_block(data: *mut Data) -> Option<String> {
     // SAFETY: the task's reference (`join.rs`'s `TASK`) keeps the block alive until
     // `run` returns; the block is freed below only if that was the last reference.
     let (message, last) = unsafe { block.as_ref() }.run();
-    if last {
-        // SAFETY: the last reference is gone; the block came from `Box::leak`.
-        drop(unsafe { Box::from_raw(block.as_ptr()) });
-    }
+    // SAFETY: the borrow above ended; `last` is what the block's `run` returned.
+    unsafe { free_if_last(block, last) };
     message
 }
 
@@ -101,10 +99,29 @@ unsafe fn abandon_block(data: *mut Data) {
     // SAFETY: the caller's promise.
     let block = unsafe { block_of(data) };
     // SAFETY: as in `run_block`.
-    if unsafe { block.as_ref() }.abandon() {
-        // SAFETY: as in `run_block`.
+    let last = unsafe { block.as_ref() }.abandon();
+    // SAFETY: as in `run_block`.
+    unsafe { free_if_last(block, last) };
+}
+
+/// Frees `block` if the task's reference was its last.
+///
+/// # Safety
+/// `last` is what the block's `run` or `abandon` returned, and no borrow of the block
+/// is left.
+unsafe fn free_if_last(block: NonNull<dyn RunOnce>, last: bool) {
+    if last {
+        // SAFETY: the last reference is gone; the block came from `Box::leak`.
         drop(unsafe { Box::from_raw(block.as_ptr()) });
     }
+}
+
+/// Runs a closure that no handle waits for; returns its panic message if it panicked.
+/// Unlabelled: `crate::current()` reports no label, as between items.
+fn run_unwatched(f: impl FnOnce()) -> Option<String> {
+    catch_unwind(AssertUnwindSafe(f))
+        .err()
+        .map(|payload| panic_message(&*payload))
 }
 
 /// The table of a task that holds a closure of type `F` itself.
@@ -126,11 +143,7 @@ impl<F: FnOnce() + Send + 'static> Inline<F> {
     /// `data` holds an `F` (written by [`detached`]), read here once.
     unsafe fn run(data: *mut Data) -> Option<String> {
         // SAFETY: the caller's promise.
-        let f = unsafe { data.cast::<F>().read() };
-        // Unlabelled: `crate::current()` reports no label, as between items.
-        catch_unwind(AssertUnwindSafe(f))
-            .err()
-            .map(|payload| panic_message(&*payload))
+        run_unwatched(unsafe { data.cast::<F>().read() })
     }
 
     /// # Safety
@@ -230,10 +243,7 @@ where
     F: FnOnce() + Send,
 {
     fn run(&self) -> (Option<String>, bool) {
-        let f = self.take_closure();
-        // Unlabelled: `crate::current()` reports no label, as between items.
-        let outcome = catch_unwind(AssertUnwindSafe(f));
-        (outcome.err().map(|payload| panic_message(&*payload)), true)
+        (run_unwatched(self.take_closure()), true)
     }
 
     #[cfg(feature = "tracing")]

@@ -557,9 +557,10 @@ impl Workqueue {
     /// travels in the queue entry itself and costs no allocation; a larger one costs
     /// one, its own (builds with the `tracing` feature always allocate: the events
     /// name an item by its block). Beyond the queue call it costs no locked
-    /// instruction (a spawned item's handle costs one to drop). A panic in `f` goes to the panic hook,
-    /// as for a spawned item whose handle was dropped. Panics if the workqueue is
-    /// draining and the caller is not one of its items (see [`Workqueue::try_execute`]).
+    /// instruction (a spawned item's handle costs one to drop). A panic in `f` goes to
+    /// the panic hook, as for a spawned item whose handle was dropped. Panics if the
+    /// workqueue is draining and the caller is not one of its items (see
+    /// [`Workqueue::try_execute`]).
     ///
     /// ```
     /// use std::sync::atomic::{AtomicU32, Ordering};
