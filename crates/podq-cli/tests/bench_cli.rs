@@ -738,3 +738,88 @@ fn a_failed_run_leaves_no_new_file_and_keeps_an_old_one() {
     assert_eq!(std::fs::read_to_string(&old).unwrap(), "previous results");
     assert!(!new.exists());
 }
+
+/// `--scopes auto`: a `queue`, `latency` or `throughput_*` result on `auto` carries what
+/// its controller did (a fixed scope's carries nothing), and the text output lists it.
+/// Under thresholds that call every window a problem, on two nodes, it switches.
+#[test]
+fn auto_runs_report_where_the_controller_went() {
+    let dir = std::env::temp_dir().join(format!("podq-bench-auto-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let config = dir.join("auto.json");
+    std::fs::write(
+        &config,
+        r#"{"min_items": 1, "min_acquisitions": 1, "confirm_windows": 1,
+            "min_dwell_windows": 1, "max_switches": 1000, "rate_windows": 1,
+            "lock_wait_enter": 0.0, "lock_wait_exit": 0.0, "saturated_busy": 1e-9,
+            "idle_busy": 0.0, "min_idle_share": 0.0}"#,
+    )
+    .unwrap();
+    let json = dir.join("run.json");
+    let out = podq(&[
+        "bench",
+        "queue",
+        "--systems",
+        "podq",
+        "--topology",
+        "fake:2s2c1t",
+        "--scopes",
+        "auto,cpu",
+        "--strict",
+        "off",
+        "--duration",
+        "300ms",
+        "--rounds",
+        "1",
+        "--auto-window",
+        "2ms",
+        "--auto-config",
+        config.to_str().unwrap(),
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+    let results = results(&report, "queue");
+    assert_eq!(results.len(), 2);
+    for r in &results {
+        if r["scope"] == "cpu" {
+            assert!(r["auto"].is_null(), "{r}");
+            continue;
+        }
+        assert_eq!(r["scope"], "auto", "{r}");
+        let auto = &r["auto"];
+        assert_eq!(auto["window_ns"], 2_000_000, "{r}");
+        assert!(auto["last_reason"]["kind"].is_string(), "{r}");
+        let switches = auto["switches"].as_array().unwrap();
+        let made = auto["switches_made"].as_u64().unwrap() as usize;
+        assert!(made > 0, "every window is a problem: {r}");
+        assert_eq!(switches.len(), made.min(64), "the history's last 64: {r}");
+        // Each switch leaves the scope the one before it reached (the first, the
+        // built-in default, if the history reaches back to it), and the last one's
+        // scope is where the controller stood at the end.
+        let start = Value::from("cache_shard");
+        let mut scope = if made == switches.len() {
+            &start
+        } else {
+            &switches[0]["from"]
+        };
+        for s in switches {
+            assert_eq!(&s["from"], scope, "{r}");
+            assert_ne!(s["to"], s["from"], "{r}");
+            assert!(s["reason"]["kind"].is_string(), "{r}");
+            scope = &s["to"];
+        }
+        assert_eq!(&auto["scope_at_end"], scope, "{r}");
+    }
+    assert!(
+        text.contains("auto: where the controller went") && text.contains("last window"),
+        "{text}"
+    );
+}

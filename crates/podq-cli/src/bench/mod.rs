@@ -834,6 +834,7 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         out.push_str(&completion_table(&completion));
         out.push_str(&auto_table(&completion));
     }
+    out.push_str(&auto_runs_table(&report.results));
     if !report.ratios.is_empty() {
         out.push_str(&ratio_table(report));
     }
@@ -1336,24 +1337,12 @@ fn auto_table(results: &[&RunResult]) -> String {
             continue;
         };
         let placement = c.placement.clone().unwrap_or_else(|| "-".to_owned());
-        let switches: Vec<String> = auto
-            .switches
-            .iter()
-            .map(|s| {
-                let at = s.window as f64 * auto.window_ns as f64 / 1e9;
-                format!("{at:.1}s {} -> {}: {}", s.from, s.to, s.reason)
-            })
-            .collect();
         rows.push(vec![
             label(r),
             placement,
             auto.scope_at_end.to_string(),
-            auto.switches.len().to_string(),
-            if switches.is_empty() {
-                "-".to_owned()
-            } else {
-                switches.join("; ")
-            },
+            auto.switches_made.to_string(),
+            switch_list(auto),
         ]);
     }
     let mut out = String::new();
@@ -1362,7 +1351,7 @@ fn auto_table(results: &[&RunResult]) -> String {
             "
 auto (rpciod): switches per segment, at the controller's time since it started
 {}",
-            report::table(
+            report::table_ending_in_text(
                 &["rpciod scope", "CQs", "at end", "switches", "what and why"],
                 &rows,
                 2
@@ -1383,6 +1372,60 @@ I/Os and items once nothing was in flight:
         }
     }
     out
+}
+
+/// An `auto` controller's switches, each at the controller's time since it started
+/// (`-` for none).
+fn switch_list(auto: &report::AutoTrace) -> String {
+    let switches: Vec<String> = auto
+        .switches
+        .iter()
+        .map(|s| {
+            let at = s.window as f64 * auto.window_ns as f64;
+            format!(
+                "{} {} -> {}: {}",
+                report::human_ns(at),
+                s.from,
+                s.to,
+                s.reason
+            )
+        })
+        .collect();
+    if switches.is_empty() {
+        "-".to_owned()
+    } else {
+        switches.join("; ")
+    }
+}
+
+/// Where the `auto` controller of each `queue`, `latency` and `throughput_*` run went
+/// (every round's own workqueue, its switches in the order the rounds ran).
+fn auto_runs_table(results: &[RunResult]) -> String {
+    let rows: Vec<Vec<String>> = results
+        .iter()
+        .filter_map(|r| {
+            let auto = r.auto.as_ref()?;
+            Some(vec![
+                r.test.to_owned(),
+                label(r),
+                auto.scope_at_end.to_string(),
+                auto.switches_made.to_string(),
+                auto.last_reason.to_string(),
+                switch_list(auto),
+            ])
+        })
+        .collect();
+    if rows.is_empty() {
+        return String::new();
+    }
+    format!(
+        "\nauto: where the controller went, each round's workqueue from its start (warm-up included)\n{}",
+        report::table_ending_in_text(
+            &["test", "scope", "at end", "switches", "last window", "what and why"],
+            &rows,
+            2
+        )
+    )
 }
 
 /// The default scope, then the concrete scopes whose pods are the same on `topology`

@@ -886,6 +886,7 @@ mod tests {
             idle: None,
             context_switches: None,
             pool_locks: None,
+            auto: None,
             rounds: vec![round(4e5), round(6e5)],
             histogram: h,
         }

@@ -104,6 +104,10 @@ pub struct RunResult {
     pub context_switches: Option<u64>,
     /// Pool lock counters, where the system keeps them (podq).
     pub pool_locks: Option<PoolLockCounts>,
+    /// `queue`, `latency` and the `throughput_*` tests on `auto`: what the controller
+    /// did over the rounds (`completion` keeps its trace per segment, in
+    /// `completion.auto`).
+    pub auto: Option<AutoTrace>,
     /// Each round's own figures, in the order the rounds ran (the fields above sum
     /// them); their spread is what the tables show as `min … max`.
     pub rounds: Vec<Round>,
@@ -195,15 +199,51 @@ pub struct TimelinePoint {
     pub idle: Vec<f64>,
 }
 
-/// What `rpciod`'s `auto` controller did over a segment.
+/// What an `auto` controller did over a run (`rpciod`'s, over a `completion` segment).
 #[derive(Debug, Serialize)]
 pub struct AutoTrace {
-    /// The scope in force at the segment's end.
+    /// The scope in force at the end.
     pub scope_at_end: Scope,
-    /// The switches made within the segment, with their reasons.
+    /// The switches made meanwhile.
+    pub switches_made: u64,
+    /// Those switches with their reasons, as far as the controller's history reaches
+    /// (its last `podq::auto::HISTORY`).
     pub switches: Vec<podq::policy::auto::Switch>,
     /// The controller's window, nanoseconds.
     pub window_ns: u64,
+    /// Why it held or switched at its last window (`steady`: no problem seen).
+    pub last_reason: podq::policy::auto::Reason,
+}
+
+impl AutoTrace {
+    /// The switches a controller made after the state `before` (from its start when
+    /// `None`) up to `at_end`, as far as its history reaches.
+    pub fn between(
+        before: Option<&podq::auto::AutoStats>,
+        at_end: &podq::auto::AutoStats,
+    ) -> AutoTrace {
+        let after = before.map_or(0, |s| s.windows);
+        AutoTrace {
+            scope_at_end: at_end.scope,
+            switches_made: at_end.switches - before.map_or(0, |s| s.switches),
+            switches: at_end
+                .history
+                .iter()
+                .filter(|s| s.window > after)
+                .cloned()
+                .collect(),
+            window_ns: at_end.window_ns,
+            last_reason: at_end.last_reason.clone(),
+        }
+    }
+
+    /// Folds in the trace of a later run or segment.
+    pub fn merge(&mut self, later: AutoTrace) {
+        self.switches_made += later.switches_made;
+        self.switches.extend(later.switches);
+        self.scope_at_end = later.scope_at_end;
+        self.last_reason = later.last_reason;
+    }
 }
 
 /// I/Os and items of a run, once nothing was in flight.
@@ -250,8 +290,7 @@ impl CompletionDetail {
         self.context_switches += other.context_switches;
         self.migrations += other.migrations;
         if let (Some(a), Some(b)) = (self.auto.as_mut(), other.auto) {
-            a.switches.extend(b.switches);
-            a.scope_at_end = b.scope_at_end;
+            a.merge(b);
         }
         match (self.accounting.as_mut(), other.accounting) {
             (Some(a), Some(b)) => a.add(&b),
@@ -507,6 +546,21 @@ pub fn human_rate(x: f64) -> String {
     }
 }
 
+/// As [`table`], with the last column left-aligned too: a column of prose.
+pub fn table_ending_in_text(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
+    let last = headers.len().saturating_sub(1);
+    let align: Vec<Align> = (0..headers.len())
+        .map(|i| {
+            if i < left || i == last {
+                Align::Left
+            } else {
+                Align::Right
+            }
+        })
+        .collect();
+    crate::table::aligned(headers, rows, &align, true)
+}
+
 /// Aligns `rows` under `headers` with a rule; the first `left` columns are
 /// left-aligned, the rest right-aligned (numbers).
 pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
@@ -738,6 +792,7 @@ mod tests {
             idle: None,
             context_switches: None,
             pool_locks: None,
+            auto: None,
             rounds: Vec::new(),
             histogram: h,
         }

@@ -214,6 +214,8 @@ pub(crate) fn run_result(done: &Done, index: usize, seg: &SegmentOutput) -> RunR
         context_switches: matches!(w, Workload::Queue { .. })
             .then_some(seg.counters.context_switches),
         pool_locks: Some(pool_locks(&seg.pool_locks)),
+        // The simulated controller's switches are in `sim.auto`, at virtual times.
+        auto: None,
         // A seeded simulation is one deterministic run: there is no spread to show.
         rounds: Vec::new(),
         histogram: main.clone(),

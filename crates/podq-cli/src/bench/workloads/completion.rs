@@ -357,19 +357,10 @@ pub fn run(
             sample.latency = latency;
             sample.pool_locks = b.rpciod.zip(a.rpciod).map(|(b, a)| b.since(&a));
             sample.segment_scope = params.toggle.get(index).copied();
-            let auto = b.auto.as_ref().map(|at_end| {
-                let after = a.auto.as_ref().map_or(0, |s| s.windows);
-                AutoTrace {
-                    scope_at_end: at_end.scope,
-                    switches: at_end
-                        .history
-                        .iter()
-                        .filter(|s| s.window > after)
-                        .cloned()
-                        .collect(),
-                    window_ns: at_end.window_ns,
-                }
-            });
+            let auto = b
+                .auto
+                .as_ref()
+                .map(|at_end| AutoTrace::between(a.auto.as_ref(), at_end));
             // The points whose interval centre falls in this segment.
             let split = timeline.partition_point(|(mid, _)| *mid < b.at);
             let rest = timeline.split_off(split);

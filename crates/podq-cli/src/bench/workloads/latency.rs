@@ -98,10 +98,7 @@ pub fn run(
         .join()
         .expect("the submitter does not panic")
     })?;
-    sample.pool_locks = queue
-        .lock_counts()
-        .zip(locks_before)
-        .map(|(after, before)| after.since(&before));
+    sample.record_queue(&*queue, locks_before);
     Ok(sample)
 }
 

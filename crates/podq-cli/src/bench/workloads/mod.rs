@@ -15,9 +15,11 @@ use anyhow::Result;
 use hdrhistogram::Histogram;
 use indicatif::ProgressBar;
 
-use super::report::{self, new_histogram, CompletionDetail, LatencySummary, Round, RunResult};
+use super::report::{
+    self, new_histogram, AutoTrace, CompletionDetail, LatencySummary, Round, RunResult,
+};
 use super::system::placement::CpuMap;
-use super::system::{PoolLockCounts, QueueConfig, System};
+use super::system::{PoolLockCounts, Queue, QueueConfig, System};
 
 /// How long one measured run lasts.
 #[derive(Clone, Copy, Debug)]
@@ -105,6 +107,9 @@ pub struct Sample {
     /// `queue` only: the producers' and workers' context switches (the driver's left
     /// out).
     pub context_switches: Option<u64>,
+    /// What an `auto` controller did over the run (not `completion`'s, which is per
+    /// segment in its extras).
+    pub auto: Option<AutoTrace>,
 }
 
 impl Sample {
@@ -132,6 +137,16 @@ impl Sample {
         }
     }
 
+    /// Adds what the run's own `queue` recorded: its pool locks since `locks_before`,
+    /// and what its `auto` controller did (all of it: the queue lived for this run).
+    fn record_queue(&mut self, queue: &dyn Queue, locks_before: Option<PoolLockCounts>) {
+        self.pool_locks = queue
+            .lock_counts()
+            .zip(locks_before)
+            .map(|(after, before)| after.since(&before));
+        self.auto = queue.auto().map(|at_end| AutoTrace::between(None, &at_end));
+    }
+
     fn merge(&mut self, other: Sample) {
         let total = self.seconds + other.seconds;
         self.items += other.items;
@@ -157,6 +172,9 @@ impl Sample {
         }
         if let (Some(a), Some(b)) = (self.context_switches.as_mut(), other.context_switches) {
             *a += b;
+        }
+        if let (Some(a), Some(b)) = (self.auto.as_mut(), other.auto) {
+            a.merge(b);
         }
         self.seconds = total;
     }
@@ -227,6 +245,7 @@ pub fn run_cases(
                 idle: s.idle,
                 context_switches: s.context_switches,
                 pool_locks: s.pool_locks,
+                auto: s.auto,
                 rounds,
                 histogram: s.latency,
             });
@@ -292,5 +311,6 @@ fn empty_sample() -> Sample {
         memory: None,
         idle: None,
         context_switches: None,
+        auto: None,
     }
 }

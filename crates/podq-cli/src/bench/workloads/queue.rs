@@ -96,10 +96,7 @@ pub fn run(
         // Same bounds on both sides.
         let _ = sample.latency.add(&h);
     }
-    sample.pool_locks = queue
-        .lock_counts()
-        .zip(locks_before)
-        .map(|(after, before)| after.since(&before));
+    sample.record_queue(&*queue, locks_before);
     Ok(sample)
 }
 

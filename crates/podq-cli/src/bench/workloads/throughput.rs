@@ -387,10 +387,7 @@ pub fn run(
         pods: None,
         flushed,
     });
-    sample.pool_locks = queue
-        .lock_counts()
-        .zip(locks_before)
-        .map(|(after, before)| after.since(&before));
+    sample.record_queue(&*queue, locks_before);
     Ok(sample)
 }
 
