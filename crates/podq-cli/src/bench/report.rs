@@ -225,7 +225,9 @@ impl AutoTrace {
         let after = before.map_or(0, |s| s.windows);
         AutoTrace {
             scope_at_end: at_end.scope,
-            switches_made: at_end.switches - before.map_or(0, |s| s.switches),
+            switches_made: at_end
+                .switches
+                .saturating_sub(before.map_or(0, |s| s.switches)),
             switches: at_end
                 .history
                 .iter()
