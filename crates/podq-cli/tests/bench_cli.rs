@@ -817,6 +817,10 @@ fn auto_runs_report_where_the_controller_went() {
             scope = &s["to"];
         }
         assert_eq!(&auto["scope_at_end"], scope, "{r}");
+        assert_eq!(
+            r["rounds"][0]["auto_scope_at_end"], auto["scope_at_end"],
+            "{r}"
+        );
     }
     assert!(
         text.contains("auto: where the controller went") && text.contains("last window"),

@@ -1408,7 +1408,8 @@ fn auto_runs_table(results: &[RunResult]) -> String {
             Some(vec![
                 r.test.to_owned(),
                 label(r),
-                auto.scope_at_end.to_string(),
+                r.auto_ends()
+                    .unwrap_or_else(|| auto.scope_at_end.to_string()),
                 auto.switches_made.to_string(),
                 auto.last_reason.to_string(),
                 switch_list(auto),

@@ -867,6 +867,7 @@ mod tests {
             switches_per_kitem: None,
             bytes_per_item: None,
             idle_cpu_share: None,
+            auto_scope_at_end: None,
         };
         RunResult {
             test,

@@ -116,6 +116,37 @@ pub struct RunResult {
     pub histogram: Histogram<u64>,
 }
 
+impl RunResult {
+    /// The scopes an `auto` run's rounds ended at, in the order first reached: `cpu`
+    /// when every round ended there, `cache_shard in 1 of 2, cpu in 1 of 2` otherwise;
+    /// `None` when no round says.
+    pub fn auto_ends(&self) -> Option<String> {
+        let ends: Vec<Scope> = self
+            .rounds
+            .iter()
+            .filter_map(|r| r.auto_scope_at_end)
+            .collect();
+        let mut counts: Vec<(Scope, usize)> = Vec::new();
+        for end in &ends {
+            match counts.iter_mut().find(|(s, _)| s == end) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((*end, 1)),
+            }
+        }
+        match counts.as_slice() {
+            [] => None,
+            [(only, _)] => Some(only.to_string()),
+            _ => Some(
+                counts
+                    .iter()
+                    .map(|(s, n)| format!("{s} in {n} of {}", ends.len()))
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            ),
+        }
+    }
+}
+
 /// `n` per 1000 items (0 when no item ran).
 pub fn per_kitem(n: u64, items: u64) -> f64 {
     if items == 0 {
@@ -155,6 +186,9 @@ pub struct Round {
     pub bytes_per_item: Option<f64>,
     /// `idle` only: the round's CPU time of the idle pools' threads, share of one CPU.
     pub idle_cpu_share: Option<f64>,
+    /// `queue`, `latency` and `throughput_*` on `auto`: the scope its controller stood
+    /// at when the round ended.
+    pub auto_scope_at_end: Option<Scope>,
 }
 
 /// The `completion` workload's extra measurements.
@@ -801,6 +835,27 @@ mod tests {
     }
 
     #[test]
+    fn an_auto_runs_rounds_say_where_each_ended() {
+        let mut r = result("throughput_spawn", "podq", Some(Scope::Auto), 1.0, 1);
+        assert_eq!(r.auto_ends(), None, "no round says");
+        let ended = |scope| Round {
+            auto_scope_at_end: Some(scope),
+            ..round(1.0, 1, 1)
+        };
+        r.rounds = vec![ended(Scope::CacheShard), ended(Scope::CacheShard)];
+        assert_eq!(r.auto_ends().as_deref(), Some("cache_shard"));
+        r.rounds = vec![
+            ended(Scope::Cpu),
+            ended(Scope::CacheShard),
+            ended(Scope::Cpu),
+        ];
+        assert_eq!(
+            r.auto_ends().as_deref(),
+            Some("cpu in 2 of 3, cache_shard in 1 of 3")
+        );
+    }
+
+    #[test]
     fn ratios_compare_podqs_best_with_each_peer() {
         let results = vec![
             result("queue", "podq", Some(Scope::Cpu), 900.0, 1),
@@ -890,6 +945,7 @@ mod tests {
             switches_per_kitem: None,
             bytes_per_item: None,
             idle_cpu_share: None,
+            auto_scope_at_end: None,
         }
     }
 

@@ -134,6 +134,7 @@ impl Sample {
                 .map(|n| report::per_kitem(n, self.items)),
             bytes_per_item: self.memory.as_ref().map(|m| m.bytes_per_item),
             idle_cpu_share: self.idle.as_ref().map(idle::IdleDetail::cpu_share),
+            auto_scope_at_end: self.auto.as_ref().map(|a| a.scope_at_end),
         }
     }
 
