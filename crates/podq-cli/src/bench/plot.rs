@@ -17,7 +17,8 @@ use anyhow::{anyhow, Result};
 use std::ops::Range;
 
 use plotters::coord::combinators::LogCoord;
-use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint};
+use plotters::chart::MeshStyle;
+use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
 use plotters::prelude::*;
@@ -235,6 +236,39 @@ fn plot_error<E: std::error::Error + Send + Sync + 'static>(e: E) -> anyhow::Err
 
 type Area<'a> = DrawingArea<SVGBackend<'a>, plotters::coord::Shift>;
 
+/// A chart on `area` in the plots' style: `caption` above, the margins, and label
+/// areas of `x_labels` pixels below and `y_labels` to the left.
+fn chart_on<'a, 'b, 'c>(
+    area: &'a Area<'c>,
+    caption: impl AsRef<str>,
+    margin_right: u32,
+    x_labels: u32,
+    y_labels: u32,
+) -> ChartBuilder<'a, 'b, SVGBackend<'c>> {
+    let mut builder = ChartBuilder::on(area);
+    builder
+        .caption(caption, (FONT, 16))
+        .margin_top(10)
+        .margin_left(20)
+        .margin_right(margin_right)
+        .x_label_area_size(x_labels)
+        .y_label_area_size(y_labels);
+    builder
+}
+
+/// Draws `mesh` in the plots' style: no light lines, the label and axis fonts.
+fn draw_mesh<X, Y>(mesh: &mut MeshStyle<'_, '_, X, Y, SVGBackend<'_>>) -> Result<()>
+where
+    X: Ranged + ValueFormatter<X::ValueType>,
+    Y: Ranged + ValueFormatter<Y::ValueType>,
+{
+    mesh.light_line_style(TRANSPARENT)
+        .label_style((FONT, 12))
+        .axis_desc_style((FONT, 13))
+        .draw()
+        .map_err(plot_error)
+}
+
 fn draw_title(area: &Area<'_>, title: &str, lines: &[String]) -> Result<()> {
     area.draw(&Text::new(
         title.to_owned(),
@@ -384,33 +418,24 @@ fn bars(area: &Area<'_>, rows: &[&RunResult], series: &[Series]) -> Result<()> {
     let labels: Vec<String> = rows.iter().map(|r| row_label(r)).collect();
     let title =
         format!("{test}: {unit} (bar: all rounds together; whisker: slowest to fastest round)");
-    let mut chart = ChartBuilder::on(area)
-        .caption(title, (FONT, 16))
-        .margin_top(10)
-        .margin_left(20)
-        .margin_right(40)
-        .x_label_area_size(45)
-        .y_label_area_size(label_width(labels.iter().cloned()))
+    let mut chart = chart_on(area, title, 40, 45, label_width(labels.iter().cloned()))
         .build_cartesian_2d(0.0..max * 1.08, row_axis(n))
         .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .x_labels(8)
-        .x_label_formatter(&|v| {
-            if completion {
-                format!("{v:.0}")
-            } else {
-                human_rate(*v)
-            }
-        })
-        .y_label_formatter(&|y| row_of(n, *y).map_or(String::new(), |i| labels[i].clone()))
-        .x_desc(unit)
-        .light_line_style(TRANSPARENT)
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .draw()
-        .map_err(plot_error)?;
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_labels(8)
+            .x_label_formatter(&|v| {
+                if completion {
+                    format!("{v:.0}")
+                } else {
+                    human_rate(*v)
+                }
+            })
+            .y_label_formatter(&|y| row_of(n, *y).map_or(String::new(), |i| labels[i].clone()))
+            .x_desc(unit),
+    )?;
     for (i, r) in rows.iter().enumerate() {
         let y = (n - 1 - i) as f64;
         let s = find(series, r);
@@ -477,29 +502,23 @@ fn queue_calls(area: &Area<'_>, rows: &[&RunResult]) -> Result<()> {
         .collect();
     let (lo, hi) = decades(&values);
     let (plot_area, legend_area) = area.split_horizontally(WIDTH - LEGEND_W);
-    let mut chart = ChartBuilder::on(&plot_area)
-        .caption(
-            "queue call duration: p50, p90, p95 per configuration (log scale)",
-            (FONT, 16),
-        )
-        .margin_top(10)
-        .margin_left(20)
-        .margin_right(20)
-        .x_label_area_size(45)
-        .y_label_area_size(label_width(labels.iter().cloned()))
-        .build_cartesian_2d(log_time(lo, hi), row_axis(n))
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .disable_y_mesh()
-        .x_label_formatter(&|v| tick_label(*v))
-        .y_label_formatter(&|y| row_of(n, *y).map_or(String::new(), |i| labels[i].clone()))
-        .x_desc("duration of the queue call")
-        .light_line_style(TRANSPARENT)
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .draw()
-        .map_err(plot_error)?;
+    let mut chart = chart_on(
+        &plot_area,
+        "queue call duration: p50, p90, p95 per configuration (log scale)",
+        20,
+        45,
+        label_width(labels.iter().cloned()),
+    )
+    .build_cartesian_2d(log_time(lo, hi), row_axis(n))
+    .map_err(plot_error)?;
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .disable_y_mesh()
+            .x_label_formatter(&|v| tick_label(*v))
+            .y_label_formatter(&|y| row_of(n, *y).map_or(String::new(), |i| labels[i].clone()))
+            .x_desc("duration of the queue call"),
+    )?;
     for (i, r) in rows.iter().enumerate() {
         let y = (n - 1 - i) as f64 + 0.5;
         let points: Vec<(f64, RGBColor)> = marks
@@ -582,29 +601,23 @@ fn percentiles(
         "completion: I/O posted to nfsiod item done"
     };
     let (plot_area, legend_area) = area.split_horizontally(WIDTH - LEGEND_W);
-    let mut chart = ChartBuilder::on(&plot_area)
-        .caption(
-            format!("{what}, by percentile (a curve ends where its n stops supporting it)"),
-            (FONT, 16),
-        )
-        .margin_top(10)
-        .margin_left(20)
-        .margin_right(20)
-        .x_label_area_size(50)
-        .y_label_area_size(80)
-        .build_cartesian_2d(linear(0.0..most, x_ticks), log_time(lo, hi))
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .x_label_formatter(&|x| percentile_label(*x))
-        .y_label_formatter(&|v| tick_label(*v))
-        .x_desc("percentile (log scale of 1 − p)")
-        .y_desc("latency (log scale)")
-        .light_line_style(TRANSPARENT)
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .draw()
-        .map_err(plot_error)?;
+    let mut chart = chart_on(
+        &plot_area,
+        format!("{what}, by percentile (a curve ends where its n stops supporting it)"),
+        20,
+        50,
+        80,
+    )
+    .build_cartesian_2d(linear(0.0..most, x_ticks), log_time(lo, hi))
+    .map_err(plot_error)?;
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|x| percentile_label(*x))
+            .y_label_formatter(&|v| tick_label(*v))
+            .x_desc("percentile (log scale of 1 − p)")
+            .y_desc("latency (log scale)"),
+    )?;
     for (r, pts) in curves.iter().zip(&points) {
         let s = find(series, r);
         let style = s.colour.stroke_width(2);
@@ -672,29 +685,23 @@ fn timeline(area: &Area<'_>, segments: &[&RunResult], real_cpus: &[usize]) -> Re
         .collect();
     let per_cpu = details.first().is_some_and(|c| c.idle_per_node.is_empty());
     let (plot_top, legend_top) = top.split_horizontally(WIDTH - LEGEND_W);
-    let mut chart = ChartBuilder::on(&plot_top)
-        .caption(
-            "completion throughput over the run (rpciod's scope changes live at each dashed line)",
-            (FONT, 16),
-        )
-        .margin_top(10)
-        .margin_left(20)
-        .margin_right(20)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..end, 0.0..mb_max)
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .x_label_formatter(&|t| format!("{t:.1} s"))
-        .y_label_formatter(&|v| format!("{v:.0}"))
-        .x_desc("time since the run started (first round)")
-        .y_desc("MB/s")
-        .light_line_style(TRANSPARENT)
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .draw()
-        .map_err(plot_error)?;
+    let mut chart = chart_on(
+        &plot_top,
+        "completion throughput over the run (rpciod's scope changes live at each dashed line)",
+        20,
+        45,
+        80,
+    )
+    .build_cartesian_2d(0.0..end, 0.0..mb_max)
+    .map_err(plot_error)?;
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|t| format!("{t:.1} s"))
+            .y_label_formatter(&|v| format!("{v:.0}"))
+            .x_desc("time since the run started (first round)")
+            .y_desc("MB/s"),
+    )?;
     mark_segments(&mut chart, &boundaries, mb_max)?;
     chart
         .draw_series(LineSeries::new(
@@ -712,33 +719,27 @@ fn timeline(area: &Area<'_>, segments: &[&RunResult], real_cpus: &[usize]) -> Re
 
     let lanes = points.first().map_or(0, |p| p.idle.len());
     let (plot_bottom, legend_bottom) = bottom.split_horizontally(WIDTH - LEGEND_W);
-    let mut chart = ChartBuilder::on(&plot_bottom)
-        .caption(
-            if per_cpu {
-                "idle share per real CPU (the fake topology's nodes share them)"
-            } else {
-                "idle share per NUMA node"
-            },
-            (FONT, 16),
-        )
-        .margin_top(10)
-        .margin_left(20)
-        .margin_right(20)
-        .x_label_area_size(45)
-        .y_label_area_size(80)
-        .build_cartesian_2d(0.0..end, 0.0..100.0)
-        .map_err(plot_error)?;
-    chart
-        .configure_mesh()
-        .x_label_formatter(&|t| format!("{t:.1} s"))
-        .y_label_formatter(&|v| format!("{v:.0}%"))
-        .x_desc("time since the run started (first round)")
-        .y_desc("idle")
-        .light_line_style(TRANSPARENT)
-        .label_style((FONT, 12))
-        .axis_desc_style((FONT, 13))
-        .draw()
-        .map_err(plot_error)?;
+    let mut chart = chart_on(
+        &plot_bottom,
+        if per_cpu {
+            "idle share per real CPU (the fake topology's nodes share them)"
+        } else {
+            "idle share per NUMA node"
+        },
+        20,
+        45,
+        80,
+    )
+    .build_cartesian_2d(0.0..end, 0.0..100.0)
+    .map_err(plot_error)?;
+    draw_mesh(
+        chart
+            .configure_mesh()
+            .x_label_formatter(&|t| format!("{t:.1} s"))
+            .y_label_formatter(&|v| format!("{v:.0}%"))
+            .x_desc("time since the run started (first round)")
+            .y_desc("idle"),
+    )?;
     mark_segments(&mut chart, &boundaries, 100.0)?;
     let lane_series: Vec<Series> = (0..lanes)
         .map(|i| Series {
