@@ -16,8 +16,8 @@
 use anyhow::{anyhow, Result};
 use std::ops::Range;
 
-use plotters::coord::combinators::LogCoord;
 use plotters::chart::MeshStyle;
+use plotters::coord::combinators::LogCoord;
 use plotters::coord::ranged1d::{DefaultFormatting, KeyPointHint, ValueFormatter};
 use plotters::coord::types::RangedCoordf64;
 use plotters::element::DashedPathElement;
