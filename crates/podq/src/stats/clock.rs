@@ -99,6 +99,7 @@ fn ns_since(base: &Instant) -> u64 {
 }
 
 /// `ticks` in nanoseconds at `ns_per_tick_q32 / 2^32` nanoseconds a tick.
+#[cfg(any(test, all(target_arch = "x86_64", not(miri))))]
 #[inline]
 fn ticks_to_ns(ticks: u64, ns_per_tick_q32: u64) -> u64 {
     let ns = (u128::from(ticks) * u128::from(ns_per_tick_q32)) >> 32;
