@@ -794,7 +794,7 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
         out.push_str(&latency_table(&latency, args.think));
         if args.workload == Workload::Latency {
             for r in &latency {
-                let config = label(r);
+                let config = r.label();
                 if config == "-" {
                     out.push_str(&format!("\n{}:\n", r.system));
                 } else {
@@ -841,14 +841,6 @@ fn render(args: &BenchArgs, report: &Report, length: RunLength) -> String {
     out
 }
 
-fn label(r: &RunResult) -> String {
-    let config = report::config_label(r.scope, r.strict);
-    match r.segment {
-        Some(i) => format!("{config} (segment {i})"),
-        None => config,
-    }
-}
-
 /// `n`: the latency samples behind a row's percentiles.
 fn samples(r: &RunResult) -> String {
     r.latency_ns.count.to_string()
@@ -888,7 +880,7 @@ fn queue_table(results: &[&RunResult]) -> String {
             let l = &r.latency_ns;
             vec![
                 r.system.clone(),
-                label(r),
+                r.label(),
                 samples(r),
                 human_rate(r.items_per_sec),
                 spread(r, |x| x.items_per_sec, human_rate),
@@ -930,7 +922,7 @@ fn latency_table(results: &[&RunResult], think: Duration) -> String {
             let l = &r.latency_ns;
             vec![
                 r.system.clone(),
-                label(r),
+                r.label(),
                 samples(r),
                 report::percentile_cell(l.count, 50.0, l.p50),
                 if r.rounds
@@ -1007,7 +999,7 @@ fn throughput_table(test: &str, results: &[&RunResult], works: usize) -> String 
             });
             let mut row = vec![
                 r.system.clone(),
-                label(r),
+                r.label(),
                 human_rate(r.items_per_sec),
                 spread(r, |x| x.items_per_sec, human_rate),
             ];
@@ -1094,7 +1086,7 @@ fn memory_table(results: &[&RunResult]) -> String {
             let m = r.memory.as_ref().expect("memory results carry details");
             vec![
                 r.system.clone(),
-                label(r),
+                r.label(),
                 format!("{:?}", m.mode).to_lowercase(),
                 (m.queued / r.rounds.len().max(1) as u64).to_string(),
                 m.prepared_bytes_per_item.map_or("-".to_owned(), bytes),
@@ -1135,7 +1127,7 @@ fn idle_table(results: &[&RunResult]) -> String {
             let per = |x: f64| x / d.pools.max(1) as f64;
             vec![
                 d.pods.to_string(),
-                label(r),
+                r.label(),
                 d.pools.to_string(),
                 d.threads.to_string(),
                 format!("{:.2}", per(d.threads as f64)),
@@ -1195,7 +1187,7 @@ fn scale_table(results: &[&RunResult]) -> String {
             let base = fewest(r.strict);
             vec![
                 pods(r).to_string(),
-                label(r),
+                r.label(),
                 r.producers.to_string(),
                 human_rate(r.items_per_sec),
                 spread(r, |x| x.items_per_sec, human_rate),
@@ -1256,7 +1248,7 @@ fn completion_table(results: &[&RunResult]) -> String {
             let l = &r.latency_ns;
             vec![
                 r.system.clone(),
-                label(r),
+                r.label(),
                 samples(r),
                 mb(c.mb_per_sec),
                 spread(r, |x| x.mb_per_sec.unwrap_or(0.0), mb),
@@ -1338,7 +1330,7 @@ fn auto_table(results: &[&RunResult]) -> String {
         };
         let placement = c.placement.clone().unwrap_or_else(|| "-".to_owned());
         rows.push(vec![
-            label(r),
+            r.label(),
             placement,
             auto.scope_at_end.to_string(),
             auto.switches_made.to_string(),
@@ -1407,7 +1399,7 @@ fn auto_runs_table(results: &[RunResult]) -> String {
             let auto = r.auto.as_ref()?;
             Some(vec![
                 r.test.to_owned(),
-                label(r),
+                r.label(),
                 r.auto_ends()
                     .unwrap_or_else(|| auto.scope_at_end.to_string()),
                 auto.switches_made.to_string(),

@@ -117,6 +117,16 @@ pub struct RunResult {
 }
 
 impl RunResult {
+    /// Its configuration as tables name it (`cpu strict`, `-` for a peer), with its
+    /// segment of a `--toggle` run.
+    pub fn label(&self) -> String {
+        let config = config_label(self.scope, self.strict);
+        match self.segment {
+            Some(i) => format!("{config} (segment {i})"),
+            None => config,
+        }
+    }
+
     /// The scopes an `auto` run's rounds ended at, in the order first reached: `cpu`
     /// when every round ended there, `cache_shard in 1 of 2, cpu in 1 of 2` otherwise;
     /// `None` when no round says.

@@ -10,8 +10,8 @@ use super::{Done, Setup, SimArgs, SimWorkload};
 use crate::bench::alloc_model::AllocCounts;
 use crate::bench::plot;
 use crate::bench::report::{
-    self, config_label, human_ns, human_rate, CompletionDetail, LatencySummary, RunResult,
-    TopologyInfo, SCHEMA_VERSION,
+    self, human_ns, human_rate, CompletionDetail, LatencySummary, RunResult, TopologyInfo,
+    SCHEMA_VERSION,
 };
 use crate::bench::switches_cell;
 use crate::bench::system::PoolLockCounts;
@@ -328,14 +328,6 @@ fn settings(args: &SimArgs) -> serde_json::Value {
     })
 }
 
-fn label(r: &RunResult) -> String {
-    let config = config_label(r.scope, r.strict);
-    match r.segment {
-        Some(i) => format!("{config} (segment {i})"),
-        None => config,
-    }
-}
-
 fn percent(part: u64, whole: u64) -> String {
     if whole == 0 {
         "-".to_owned()
@@ -351,6 +343,17 @@ fn lock_cells(r: &RunResult) -> [String; 3] {
         percent(l.dequeue.contended, l.dequeue.acquisitions),
         human_ns((l.enqueue.wait_ns + l.dequeue.wait_ns) as f64),
     ]
+}
+
+/// A `queue` or `throughput` row: the run, its items/s, its queue call's percentiles
+/// `ps`, then the lock, switch and idle cells.
+fn queue_call_row(s: &SimRun, ps: &[fn(&LatencySummary) -> u64]) -> Vec<String> {
+    let r = &s.run;
+    let mut row = vec![r.label(), human_rate(r.items_per_sec)];
+    row.extend(ps.iter().map(|p| human_ns(p(&r.latency_ns) as f64)));
+    row.extend(lock_cells(r));
+    row.extend([switches_cell(r), idle_cells(&s.sim)]);
+    row
 }
 
 fn idle_cells(s: &SimInfo) -> String {
@@ -384,22 +387,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
     if !queue.is_empty() {
         let rows: Vec<Vec<String>> = queue
             .iter()
-            .map(|s| {
-                let r = &s.run;
-                let [enq, deq, wait] = lock_cells(r);
-                vec![
-                    label(r),
-                    human_rate(r.items_per_sec),
-                    human_ns(r.latency_ns.p50 as f64),
-                    human_ns(r.latency_ns.p90 as f64),
-                    human_ns(r.latency_ns.p95 as f64),
-                    enq,
-                    deq,
-                    wait,
-                    switches_cell(r),
-                    idle_cells(&s.sim),
-                ]
-            })
+            .map(|s| queue_call_row(s, &[|l| l.p50, |l| l.p90, |l| l.p95]))
             .collect();
         out.push_str(&format!(
             "\nqueue: {} producer(s), each queueing, waiting, re-queueing one item; latency of the queue call; lock columns: contended share, total wait; ctxsw: the simulated threads' context switches\n{}",
@@ -418,7 +406,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
             .map(|s| {
                 let l = &s.run.latency_ns;
                 vec![
-                    label(&s.run),
+                    s.run.label(),
                     human_ns(l.p50 as f64),
                     human_ns(l.p90 as f64),
                     human_ns(l.p99 as f64),
@@ -450,7 +438,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
         ));
         if args.workload == SimWorkload::Latency {
             for s in &latency {
-                out.push_str(&format!("\n{}:\n", label(&s.run)));
+                out.push_str(&format!("\n{}:\n", s.run.label()));
                 if let Some(slat) = &s.run.submit_ns {
                     out.push_str(&report::fio_summary("slat", slat));
                 }
@@ -462,21 +450,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
     if !throughput.is_empty() {
         let rows: Vec<Vec<String>> = throughput
             .iter()
-            .map(|s| {
-                let r = &s.run;
-                let [enq, deq, wait] = lock_cells(r);
-                vec![
-                    label(r),
-                    human_rate(r.items_per_sec),
-                    human_ns(r.latency_ns.p50 as f64),
-                    human_ns(r.latency_ns.p99 as f64),
-                    enq,
-                    deq,
-                    wait,
-                    switches_cell(r),
-                    idle_cells(&s.sim),
-                ]
-            })
+            .map(|s| queue_call_row(s, &[|l| l.p50, |l| l.p99]))
             .collect();
         out.push_str(&format!(
             "\nthroughput: {} producer(s), each keeping items in flight; latency of the queue call; ctxsw: the simulated threads' context switches\n{}",
@@ -500,7 +474,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
                     .expect("completion results carry details");
                 let [enq, deq, _] = lock_cells(r);
                 vec![
-                    label(r),
+                    r.label(),
                     format!("{:.1}", c.mb_per_sec),
                     human_ns(r.latency_ns.p50 as f64),
                     human_ns(r.latency_ns.p99 as f64),
@@ -552,7 +526,7 @@ pub fn render(args: &SimArgs, setup: &Setup, report: &SimReport) -> String {
                 })
                 .collect();
             Some(vec![
-                format!("{} {}", s.run.test, label(&s.run)),
+                format!("{} {}", s.run.test, s.run.label()),
                 a.scope_at_end.to_string(),
                 a.switches.len().to_string(),
                 if switches.is_empty() {
