@@ -744,9 +744,8 @@ fn a_failed_run_leaves_no_new_file_and_keeps_an_old_one() {
 /// Under thresholds that call every window a problem, on two nodes, it switches.
 #[test]
 fn auto_runs_report_where_the_controller_went() {
-    let dir = std::env::temp_dir().join(format!("podq-bench-auto-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("auto.json");
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("auto.json");
     std::fs::write(
         &config,
         r#"{"min_items": 1, "min_acquisitions": 1, "confirm_windows": 1,
@@ -755,7 +754,7 @@ fn auto_runs_report_where_the_controller_went() {
             "idle_busy": 0.0, "min_idle_share": 0.0}"#,
     )
     .unwrap();
-    let json = dir.join("run.json");
+    let json = dir.path().join("run.json");
     let out = podq(&[
         "bench",
         "queue",
@@ -785,7 +784,6 @@ fn auto_runs_report_where_the_controller_went() {
         String::from_utf8_lossy(&out.stderr)
     );
     let report: Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
-    std::fs::remove_dir_all(&dir).unwrap();
     let results = results(&report, "queue");
     assert_eq!(results.len(), 2);
     for r in &results {

@@ -595,23 +595,19 @@ pub fn human_rate(x: f64) -> String {
 /// As [`table`], with the last column left-aligned too: a column of prose.
 pub fn table_ending_in_text(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
     let last = headers.len().saturating_sub(1);
-    let align: Vec<Align> = (0..headers.len())
-        .map(|i| {
-            if i < left || i == last {
-                Align::Left
-            } else {
-                Align::Right
-            }
-        })
-        .collect();
-    crate::table::aligned(headers, rows, &align, true)
+    aligned_where(headers, rows, |i| i < left || i == last)
 }
 
 /// Aligns `rows` under `headers` with a rule; the first `left` columns are
 /// left-aligned, the rest right-aligned (numbers).
 pub fn table(headers: &[&str], rows: &[Vec<String>], left: usize) -> String {
+    aligned_where(headers, rows, |i| i < left)
+}
+
+/// `rows` under `headers` with a rule, column `i` left-aligned where `left(i)`.
+fn aligned_where(headers: &[&str], rows: &[Vec<String>], left: impl Fn(usize) -> bool) -> String {
     let align: Vec<Align> = (0..headers.len())
-        .map(|i| if i < left { Align::Left } else { Align::Right })
+        .map(|i| if left(i) { Align::Left } else { Align::Right })
         .collect();
     crate::table::aligned(headers, rows, &align, true)
 }
